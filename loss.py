@@ -1,0 +1,191 @@
+"""
+The ScaleRL objective, in plain functions (ScaleRL = Khatri et al. 2025, arXiv 2510.13786, sec. 3-4).
+
+Read top to bottom, this is one training step's math:
+
+    token_logprobs      trainer log-probs of the sampled tokens, fp32 LM head, / temperature
+    zero_variance_mask  drop prompt groups whose G rewards are all equal
+    group_advantages    centre by the group mean, normalise (batch | prompt | none)
+    token_weights       the aggregation (prompt | sample | token) as one weight per token
+    policy_loss         CISPO (default) | DAPO | GSPO | GRPO, plus the diagnostics the log needs
+
+Shapes: P prompt groups, G completions each, N = rows of a (micro-)batch, T = tokens per row.
+Completion rows are right-padded, so a causal model needs no attention mask for them.
+Every per-token tensor is aligned with the *predicted* token: position t holds log p(x[t+1] | x[:t+1]).
+"""
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+# -----------------------------------------------------------------------------
+# log-probs with an fp32 LM head
+
+def lm_head_logits(model, hidden, temperature=1.0, fp32_head=True):
+    """(..., H) final hidden states -> (..., V) fp32 logits already divided by the temperature.
+
+    FP32 head (ScaleRL sec. 3.3, "FP32 precision for LM head"): upcast the hidden states and the
+    head weight before the matmul, on the generator and the trainer alike; this removed most of
+    the generator/trainer mismatch in the paper (A 0.52 -> 0.61). fp32_head=False is the
+    leave-one-out ablation: the matmul runs in the model's dtype, like an inference engine without
+    the fix, and only the softmax is fp32. Works with tied embeddings (the head weight *is* the
+    embedding matrix then)."""
+    head = model.get_output_embeddings()
+    weight, bias = head.weight, getattr(head, "bias", None)
+    if fp32_head:
+        logits = F.linear(hidden.float(), weight.float(), None if bias is None else bias.float())
+    else:
+        logits = F.linear(hidden.to(weight.dtype), weight, bias).float()
+    return logits / temperature  # the temperature sits right before the log-softmax
+
+
+def _chunk_logprobs(model, hidden, targets, temperature, fp32_head):
+    """(n, H), (n,) -> (n,) log p(target): the target logit minus the logsumexp, never a (n, V) log-softmax."""
+    logits = lm_head_logits(model, hidden, temperature, fp32_head)  # (n, V) fp32
+    return logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def token_logprobs(model, input_ids, temperature=1.0, fp32_head=True, attention_mask=None,
+                   with_entropy=False, chunk_tokens=None):
+    """Log-probs of input_ids[:, 1:] under a transformers causal LM: (B, T) ids -> (B, T-1) fp32.
+
+    The head and the log-softmax run over chunks of positions, each under activation
+    checkpointing, so neither the forward nor the saved-for-backward state ever holds a full
+    (B, T, V) fp32 tensor (V = 152k for Qwen; 14k-token completions). with_entropy also returns
+    the policy's entropy at each position (B, T-1), computed without grad (a diagnostic)."""
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    B, T, H = hidden.shape
+    hidden = hidden[:, :-1].reshape(-1, H)  # (B*(T-1), H): the positions that predict a next token
+    targets = input_ids[:, 1:].reshape(-1)  # (B*(T-1),)
+    V = model.get_output_embeddings().weight.shape[0]
+    chunk_tokens = chunk_tokens or max(1, (1 << 26) // V)  # ~256 MB of fp32 logits per chunk (ours)
+    logprobs, entropies = [], []
+    for start in range(0, hidden.shape[0], chunk_tokens):
+        h, y = hidden[start:start + chunk_tokens], targets[start:start + chunk_tokens]
+        if torch.is_grad_enabled() and h.requires_grad:  # recompute the (n, V) logits in backward
+            logprobs.append(checkpoint(_chunk_logprobs, model, h, y, temperature, fp32_head,
+                                       use_reentrant=False))
+        else:
+            logprobs.append(_chunk_logprobs(model, h, y, temperature, fp32_head))
+        if with_entropy:
+            with torch.no_grad():
+                logp = torch.log_softmax(lm_head_logits(model, h, temperature, fp32_head), dim=-1)
+                entropies.append(-(logp.exp() * logp).sum(-1))
+    logprobs = torch.cat(logprobs).view(B, T - 1)
+    return (logprobs, torch.cat(entropies).view(B, T - 1)) if with_entropy else logprobs
+
+# -----------------------------------------------------------------------------
+# advantages
+
+def zero_variance_mask(rewards):
+    """(P, G) rewards -> (P,) bool: True for groups that carry signal (not all G rewards equal).
+    ScaleRL drops the others from the loss and does not resample to refill the batch."""
+    return (rewards != rewards[:, :1]).any(dim=1)
+
+
+def group_advantages(rewards, adv_norm="batch", eps=1e-6):
+    """(P, G) rewards of the groups that survived filtering -> (P, G) advantages.
+
+    Centre each reward by its group's mean (GRPO's baseline), then normalise:
+      batch  (ScaleRL default): divide by the std of all centred advantages in the batch, taken
+             after zero-variance filtering, + 1e-6 (ours: population std, eps added to the std);
+      prompt (GRPO): divide by the group's own std + eps;
+      none   (Dr. GRPO): leave them centred."""
+    centred = rewards - rewards.mean(dim=1, keepdim=True)
+    if adv_norm == "batch":
+        return centred / (centred.std(correction=0) + eps)
+    if adv_norm == "prompt":
+        return centred / (rewards.std(dim=1, keepdim=True, correction=0) + eps)
+    if adv_norm == "none":
+        return centred
+    raise ValueError(f"adv_norm must be 'batch', 'prompt' or 'none', got {adv_norm!r}")
+
+# -----------------------------------------------------------------------------
+# aggregation: one weight per token, summing to 1 over the whole batch
+
+def token_weights(mask, prompt_index, agg="prompt"):
+    """(N, T) loss mask, (N,) prompt index of each row -> (N, T) weights that sum to 1.
+
+    The loss is sum(per_token_loss * weights). Building the weights once for the whole batch
+    keeps every denominator global, so micro-batches (and trainer ranks) just add up their parts:
+      prompt (ScaleRL): each of the P prompts weighs 1/P; inside a prompt, every unmasked token of
+              its G completions weighs the same: 1 / (P * tokens of the prompt's group);
+      sample: each of the N completions weighs 1/N; its tokens share that equally (GRPO);
+      token:  every unmasked token of the batch weighs the same (DAPO)."""
+    mask = mask.float()
+    if agg == "token":
+        return mask / mask.sum().clamp(min=1)
+    if agg == "sample":
+        return mask / mask.sum(dim=1, keepdim=True).clamp(min=1) / mask.shape[0]
+    if agg == "prompt":
+        prompts, row_prompt = torch.unique(prompt_index, return_inverse=True)  # row -> 0..P-1
+        group_tokens = torch.zeros(len(prompts), dtype=mask.dtype, device=mask.device)
+        group_tokens.index_add_(0, row_prompt, mask.sum(dim=1))
+        return mask / group_tokens[row_prompt, None].clamp(min=1) / len(prompts)
+    raise ValueError(f"agg must be 'prompt', 'sample' or 'token', got {agg!r}")
+
+# -----------------------------------------------------------------------------
+# policy losses
+
+def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss="cispo",
+                eps_max=4.0, clip_low=0.2, clip_high=0.28, gspo_low=3e-3, gspo_high=5e-3):
+    """Policy-gradient loss to minimise, and its diagnostics.
+
+    logprobs           (N, T) trainer log-probs of the sampled tokens (with grad)
+    behaviour_logprobs (N, T) the log-probs recorded when each token was sampled (pi_gen)
+    advantages         (N,)   one per completion
+    mask               (N, T) 1 where the policy chose the token (not padding, not the forced
+                              interruption phrase, not the prompt)
+    weights            (N, T) aggregation weights from token_weights (zero where mask is zero)
+
+    loss = "cispo" (ScaleRL): J = sum w * sg(min(rho, eps_max)) * A * log pi      (MiniMax-M1)
+           "dapo":  PPO surrogate min(rho A, clip(rho, 1-clip_low, 1+clip_high) A), 0.2 / 0.28
+           "grpo":  the same with a symmetric clip 0.2 (pass clip_high=0.2)
+           "gspo":  sequence ratio s = exp(mean_t log rho), min(s A, clip(s, 1-3e-3, 1+5e-3) A)
+    Returns (loss, stats); stats are detached sums and maxima over this (micro-)batch's unmasked
+    tokens, combined across micro-batches with merge_stats."""
+    assert logprobs.shape == behaviour_logprobs.shape == mask.shape == weights.shape, \
+        (logprobs.shape, behaviour_logprobs.shape, mask.shape, weights.shape)
+    assert logprobs.dtype == behaviour_logprobs.dtype == torch.float32, "log-probs must be fp32"
+    mask = mask.bool()
+    A = advantages[:, None]  # (N, 1)
+    log_ratio = torch.where(mask, logprobs - behaviour_logprobs, 0.0)  # (N, T); 0 off-mask: no inf * 0
+    ratio = log_ratio.exp()
+    if loss == "cispo":
+        # clamp the detached ratio from above only (no lower clip); gradient flows through log pi
+        # for every token, truncated ones included: that is what CISPO adds over PPO-style clipping
+        truncated_ratio = torch.clamp(ratio.detach(), max=eps_max)
+        per_token = -truncated_ratio * A * logprobs
+        clipped = ratio.detach() > eps_max
+    elif loss in ("dapo", "grpo"):
+        high = clip_high if loss == "dapo" else clip_low  # GRPO: symmetric 0.2
+        per_token = -torch.min(ratio * A, torch.clamp(ratio, 1 - clip_low, 1 + high) * A)
+        # tokens whose gradient the clip zeroes: rho above 1+high with A > 0, below 1-low with A < 0
+        clipped = ((ratio > 1 + high) & (A > 0)) | ((ratio < 1 - clip_low) & (A < 0))
+    elif loss == "gspo":
+        seq_log_ratio = log_ratio.sum(1) / mask.sum(1).clamp(min=1)  # (N,) length-normalised
+        seq_ratio = seq_log_ratio.exp()[:, None]  # (N, 1); its gradient is the mean of the tokens'
+        per_token = -torch.min(seq_ratio * A, torch.clamp(seq_ratio, 1 - gspo_low, 1 + gspo_high) * A)
+        per_token = per_token.expand_as(logprobs)
+        clipped = (((seq_ratio > 1 + gspo_high) & (A > 0)) | ((seq_ratio < 1 - gspo_low) & (A < 0)))
+        clipped = clipped.expand_as(mask)  # a whole sequence is clipped or not
+    else:
+        raise ValueError(f"loss must be 'cispo', 'dapo', 'gspo' or 'grpo', got {loss!r}")
+    total = (per_token * weights).sum()
+    with torch.no_grad():
+        r = ratio[mask]
+        stats = dict(tokens=float(mask.sum()), is_ratio_sum=float(r.sum()),
+                     is_ratio_max=float(r.max()) if r.numel() else 0.0,
+                     is_truncated_sum=float(clipped[mask].sum()),
+                     logprob_mismatch_sum=float(log_ratio[mask].abs().sum()))
+    return total, stats
+
+
+def merge_stats(stats_list, entropy_sum=0.0):
+    """Combine policy_loss stats of several micro-batches into the log's per-step means."""
+    tokens = max(sum(s["tokens"] for s in stats_list), 1.0)
+    return dict(is_ratio_mean=sum(s["is_ratio_sum"] for s in stats_list) / tokens,
+                is_ratio_max=max((s["is_ratio_max"] for s in stats_list), default=0.0),
+                is_truncated_frac=sum(s["is_truncated_sum"] for s in stats_list) / tokens,
+                logprob_mismatch=sum(s["logprob_mismatch_sum"] for s in stats_list) / tokens,
+                entropy=entropy_sum / tokens)

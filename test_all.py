@@ -1,0 +1,1 @@
+"""The test suite: CPU only. Run with `python -m pytest test_all.py`."""
