@@ -172,20 +172,20 @@ def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss="c
     else:
         raise ValueError(f"loss must be 'cispo', 'dapo', 'gspo' or 'grpo', got {loss!r}")
     total = (per_token * weights).sum()
-    with torch.no_grad():
-        r = ratio[mask]
-        stats = dict(tokens=float(mask.sum()), is_ratio_sum=float(r.sum()),
-                     is_ratio_max=float(r.max()) if r.numel() else 0.0,
-                     is_truncated_sum=float(clipped[mask].sum()),
-                     logprob_mismatch_sum=float(log_ratio[mask].abs().sum()))
+    with torch.no_grad():  # detached tensors: no CPU-GPU sync here; merge_stats syncs once per step
+        ratio_on_mask = torch.where(mask, ratio, 0.0)
+        stats = dict(tokens=mask.sum(), is_ratio_sum=ratio_on_mask.sum(), is_ratio_max=ratio_on_mask.max(),
+                     is_truncated_sum=(clipped & mask).sum(),
+                     logprob_mismatch_sum=log_ratio.abs().sum())  # log_ratio is 0 off the mask
     return total, stats
 
 
 def merge_stats(stats_list, entropy_sum=0.0):
-    """Combine policy_loss stats of several micro-batches into the log's per-step means."""
-    tokens = max(sum(s["tokens"] for s in stats_list), 1.0)
-    return dict(is_ratio_mean=sum(s["is_ratio_sum"] for s in stats_list) / tokens,
-                is_ratio_max=max((s["is_ratio_max"] for s in stats_list), default=0.0),
-                is_truncated_frac=sum(s["is_truncated_sum"] for s in stats_list) / tokens,
-                logprob_mismatch=sum(s["logprob_mismatch_sum"] for s in stats_list) / tokens,
-                entropy=entropy_sum / tokens)
+    """Combine the policy_loss stats of a step's micro-batches into the log's per-step values."""
+    total = lambda key: float(sum(s[key] for s in stats_list))  # the sync point: once per step
+    tokens = max(total("tokens"), 1.0)
+    return dict(is_ratio_mean=total("is_ratio_sum") / tokens,
+                is_ratio_max=max((float(s["is_ratio_max"]) for s in stats_list), default=0.0),
+                is_truncated_frac=total("is_truncated_sum") / tokens,
+                logprob_mismatch=total("logprob_mismatch_sum") / tokens,
+                entropy=float(entropy_sum) / tokens)
