@@ -3,11 +3,16 @@
 Sections follow the files: loss.py, data.py, sample.py, fit_curve.py, train.py. Numbers in the
 loss tests are worked out by hand in the comments beside them."""
 
+import json
 import math
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 import torch
 
+import fit_curve
 import loss as L
 
 # =============================================================================
@@ -235,3 +240,252 @@ def test_unknown_loss_is_rejected():
     logprobs, behaviour, A, mask = _loss_inputs([[0.5]], [[0.5]], [1.0])
     with pytest.raises(ValueError, match="loss must be"):
         L.policy_loss(logprobs, behaviour, A, mask, torch.ones(1, 1), "ppo")
+
+
+# =============================================================================
+# fit_curve.py
+
+# The paper's Table 1: (run, C_mid in GPU-hours, B, A).
+PAPER_TABLE1 = [
+    ("scalerl_8b", 2542, 1.92, 0.610), ("scalerl_32k_generation", 11272, 1.89, 0.645),
+    ("8gen_per_prompt", 2542, 2.44, 0.585), ("24gen_per_prompt", 3054, 2.22, 0.590),
+    ("32gen_per_prompt", 2936, 2.07, 0.595), ("scout_moe", 4242, 1.65, 0.710),
+    ("batch_512", 2818, 1.77, 0.605), ("batch_2048", 10909, 1.70, 0.645),
+    ("math_curve", 2896, 2.05, 0.595), ("code_curve", 1675, 1.09, 0.615),
+]
+
+
+def fit_curve_synthetic(R0, A, B, C_mid, c_max, n=101, noise=0.005, seed=0):
+    """A validation curve evaluated at n evenly spaced compute points from 0 (step 0) to c_max."""
+    rng = np.random.default_rng(seed)
+    x = np.linspace(0, c_max, n)
+    y = np.full(n, R0)
+    y[1:] = fit_curve.sigmoid(x[1:], R0, A, B, C_mid)
+    return x, y + rng.normal(0, noise, n)
+
+
+def fit_curve_write_log(path, x, y, steps_per_eval=5, bad_line=None):
+    """A train.py-like log.jsonl: a config line, then every step; only evaluation steps have val_reward."""
+    lines = [json.dumps({"config": {"lr": 3e-4}})]
+    for i in range(len(x)):
+        for sub in range(steps_per_eval if i + 1 < len(x) else 1):
+            step = i * steps_per_eval + sub
+            gpu_hours = x[i] + (x[i + 1] - x[i]) * sub / steps_per_eval if sub else x[i]
+            row = dict(step=step, gpu_hours=float(gpu_hours), flops=float(gpu_hours) * 1e15, loss=0.1, train_reward=0.2)
+            if sub == 0:
+                row["val_reward"] = float(y[i])
+            lines.append(json.dumps(row))
+    if bad_line is not None:
+        lines[bad_line[0]] = bad_line[1]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def fit_curve_cli(*args):
+    return subprocess.run([sys.executable, fit_curve.__file__, *map(str, args)], capture_output=True, text=True, timeout=60)
+
+
+def assert_recovered(fit, A, B, C_mid):
+    assert abs(fit.A - A) <= 0.01, (fit, A)
+    assert abs(fit.B / B - 1) <= 0.10, (fit, B)
+    assert abs(fit.C_mid / C_mid - 1) <= 0.15, (fit, C_mid)
+
+
+@pytest.mark.parametrize("run,C_mid,B,A", PAPER_TABLE1, ids=[row[0] for row in PAPER_TABLE1])
+def test_fit_recovers_paper_table1_parameters_from_noisy_gpu_hour_curves(run, C_mid, B, A):
+    # 16k GPU-h like the paper's 8B runs (longer for the late-C_mid ones); the slow code curve (B 1.09)
+    # needs twice the evaluations to pin B to 10% at noise 0.005 (~1% of seeds miss, ~7% with 101)
+    x, y = fit_curve_synthetic(0.30, A, B, C_mid, max(16000, 6 * C_mid), n=201 if B < 1.5 else 101)
+    assert_recovered(fit_curve.fit_sigmoid(x, y), A, B, C_mid)
+
+
+@pytest.mark.parametrize("R0,A,B,C_mid,c_max", [
+    (0.05, 0.80, 2.0, 2e-3, 1e-2),    # gpu_hours of a CPU demo
+    (0.20, 0.55, 3.0, 3e-2, 1e-1),
+    (0.10, 0.45, 1.5, 1e-4, 6e-4),
+    (0.40, 0.90, 1.5, 30.0, 300.0),   # GPU-seconds
+])
+def test_fit_recovers_parameters_on_toy_compute_scales(R0, A, B, C_mid, c_max):
+    x, y = fit_curve_synthetic(R0, A, B, C_mid, c_max)
+    fit = fit_curve.fit_sigmoid(x, y)
+    assert_recovered(fit, A, B, C_mid)
+    assert fit.r2 > 0.95 and fit.rmse < 0.007
+
+
+def test_fit_defaults_r0_to_step_0_and_skips_first_tenth_of_compute():
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000)
+    fit = fit_curve.fit_sigmoid(x, y)
+    assert fit.R0 == y[0]
+    assert fit.min_x == pytest.approx(1600)  # the paper drops ~1.5k of 16k GPU-h
+    assert fit.n_points == 91
+    # with fit_until the cut is a tenth of the fitted range: the future is never looked at
+    assert fit_curve.fit_sigmoid(x, y, fit_until=8000).min_x == pytest.approx(800)
+    assert fit_curve.fit_sigmoid(x, y, r0=0.25, min_x=3000).R0 == 0.25
+
+
+def test_fit_keeps_A_on_0_005_grid_and_not_below_what_curve_reached():
+    x, y = fit_curve_synthetic(0.30, 0.702, 2.5, 2000, 16000)  # true A off the grid
+    fit = fit_curve.fit_sigmoid(x, y)
+    assert fit.A / 0.005 == pytest.approx(round(fit.A / 0.005), abs=1e-6)
+    assert fit.A >= y[-10:].mean() - 0.005
+    assert abs(fit.A - 0.702) <= 0.005
+
+
+def test_fit_allows_falling_curve_with_A_below_R0():
+    x, y = fit_curve_synthetic(0.60, 0.20, 2.0, 0.5, 3.0)
+    assert_recovered(fit_curve.fit_sigmoid(x, y), 0.20, 2.0, 0.5)
+
+
+def test_fit_with_fixed_A_keeps_that_A():
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000)
+    assert fit_curve.fit_sigmoid(x, y, a=0.6025).A == 0.6025
+
+
+def test_fit_needs_four_points_in_window():
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, n=11)
+    with pytest.raises(ValueError, match="only 3 points"):
+        fit_curve.fit_sigmoid(x, y, min_x=12000)
+
+
+def test_bootstrap_intervals_contain_true_parameters():
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, seed=1)
+    fit = fit_curve.fit_sigmoid(x, y)
+    intervals = fit_curve.bootstrap(x, y, fit, n_resamples=50, seed=0)
+    for name, true in (("A", 0.610), ("B", 1.92), ("C_mid", 2542)):
+        lo, hi = intervals[name]
+        assert lo <= true <= hi, (name, lo, hi)
+    assert intervals["A"][1] - intervals["A"][0] <= 0.02
+
+
+def test_comparison_refits_runs_within_0_02_at_average_A_and_ranks_by_B():
+    shallow = fit_curve_synthetic(0.30, 0.610, 1.50, 2542, 16000, seed=1)
+    steep = fit_curve_synthetic(0.30, 0.600, 2.40, 2542, 16000, seed=2)
+    fits = [fit_curve.fit_sigmoid(*c) for c in (shallow, steep)]
+    assert 0 < fits[0].A - fits[1].A < 0.02
+    ranking = fit_curve.rank_runs(["shallow", "steep"], [shallow, steep], fits)
+    assert [r["run"] for r in ranking] == ["steep", "shallow"]  # lower A, but the steeper curve
+    assert ranking[0]["common_A"] == ranking[1]["common_A"] == pytest.approx((fits[0].A + fits[1].A) / 2)
+    assert ranking[0]["B_at_common_A"] > ranking[1]["B_at_common_A"]
+
+
+def test_comparison_ranks_by_A_when_A_differ_by_0_02_or_more():
+    low = fit_curve_synthetic(0.30, 0.580, 2.40, 2542, 16000, seed=1)
+    high = fit_curve_synthetic(0.30, 0.640, 1.50, 2542, 16000, seed=2)
+    fits = [fit_curve.fit_sigmoid(*c) for c in (low, high)]
+    ranking = fit_curve.rank_runs(["low", "high"], [low, high], fits)
+    assert [r["run"] for r in ranking] == ["high", "low"]  # higher A wins despite the lower B
+    assert ranking[0]["common_A"] is None and ranking[1]["common_A"] is None
+
+
+def test_power_law_on_same_window_over_predicts_the_asymptote():
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000)
+    fit = fit_curve.fit_sigmoid(x, y)
+    power = fit_curve.fit_power_law(x, y, fit.min_x)
+    assert power.A > fit.A + 0.01  # the paper's appendix: prefer the sigmoid
+    assert power.A <= 1.0
+
+
+def test_read_log_uses_only_rows_with_val_reward_and_reads_csv(tmp_path):
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, n=21)
+    log_x, log_y = fit_curve.read_log(str(fit_curve_write_log(tmp_path / "log.jsonl", x, y)))
+    np.testing.assert_allclose(log_x, x)
+    np.testing.assert_allclose(log_y, y)
+    csv_path = tmp_path / "runs.csv"
+    csv_path.write_text("step,gpu_hours,val_reward\n0,0,0.3\n1,50,\n2,100,0.35\n3,150,0.4\n")
+    log_x, log_y = fit_curve.read_log(str(csv_path))
+    assert log_x.tolist() == [0, 100, 150] and log_y.tolist() == [0.3, 0.35, 0.4]
+
+
+def test_read_log_of_a_live_run_ignores_its_half_written_last_line(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_text('{"step": 0, "gpu_hours": 0, "val_reward": 0.3}\n{"step": 1, "gpu_hours": 1, "val_reward": 0.4}\n{"step": 2, "gpu')
+    assert fit_curve.read_log(str(path))[1].tolist() == [0.3, 0.4]
+    path.write_text('{"step": 0, "gpu_hours": 0, "val_reward": 0.3}\n{"step": 1, "gpu\n{"step": 2, "gpu_hours": 2, "val_reward": 0.5}\n')
+    with pytest.raises(ValueError, match="line 2 is not JSON"):
+        fit_curve.read_log(str(path))
+
+
+def test_cli_fit_until_on_noise_free_log_predicts_held_out_points_to_1e_3(tmp_path):
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, noise=0.0)
+    log = fit_curve_write_log(tmp_path / "log.jsonl", x, y)
+    result = fit_curve_cli(log, "--fit_until", 8000, "--bootstrap", 0, "--json")
+    assert result.returncode == 0, result.stderr
+    [run] = json.loads(result.stdout)
+    assert run["extrapolation_n"] == 50
+    assert run["extrapolation_max_err"] < 1e-3 and run["extrapolation_mae"] < 1e-3
+    assert run["A"] == pytest.approx(0.610) and run["n_points"] == 46
+
+
+def test_cli_json_has_one_object_per_run_with_required_keys(tmp_path):
+    logs = [fit_curve_write_log(tmp_path / f"{name}.jsonl", *fit_curve_synthetic(0.3, A, B, 2542, 16000, seed=k))
+            for k, (name, A, B) in enumerate([("a", 0.61, 1.5), ("b", 0.60, 2.4)])]
+    result = fit_curve_cli(*logs, "--bootstrap", 20, "--powerlaw", "--json")
+    assert result.returncode == 0, result.stderr
+    runs = json.loads(result.stdout)
+    assert [r["run"] for r in runs] == [str(p) for p in logs]
+    for run in runs:
+        assert {"run", "R0", "A", "B", "C_mid", "n_points", "rmse", "r2", "A_ci", "B_ci", "C_mid_ci",
+                "powerlaw", "rank"} <= set(run)
+    assert runs[1]["rank"] == 1  # A within 0.02: the steeper run wins
+
+
+def test_cli_prints_table_and_ranking(tmp_path, capsys):
+    a = fit_curve_write_log(tmp_path / "a.jsonl", *fit_curve_synthetic(0.3, 0.61, 1.5, 2542, 16000, seed=1))
+    b = tmp_path / "b.csv"
+    x, y = fit_curve_synthetic(0.3, 0.64, 2.0, 2542, 16000, seed=2)
+    b.write_text("gpu_hours,val_reward\n" + "".join(f"{u},{v}\n" for u, v in zip(x, y)))
+    fit_curve.main([str(a), str(b), "--bootstrap", "10", "--fit_until", "12000"])
+    out = capsys.readouterr().out
+    assert "95% interval" in out and "ranking" in out and "predicted past gpu_hours 12000" in out
+    assert out.index(f"1. {b}") < out.index(f"2. {a}")
+
+
+def test_cli_help_documents_default_min_x(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        fit_curve.main(["--help"])
+    assert exit_info.value.code == 0
+    assert "skip the first 10% of the fitted compute range" in " ".join(capsys.readouterr().out.split())
+
+
+def test_cli_plot_writes_png(tmp_path):
+    log = fit_curve_write_log(tmp_path / "log.jsonl", *fit_curve_synthetic(0.3, 0.61, 1.92, 2542, 16000))
+    png = tmp_path / "fit.png"
+    fit_curve.main([str(log), "--plot", str(png), "--bootstrap", "0", "--fit_until", "8000"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_plot_without_matplotlib_says_how_to_install(tmp_path, monkeypatch, capsys):
+    log = fit_curve_write_log(tmp_path / "log.jsonl", *fit_curve_synthetic(0.3, 0.61, 1.92, 2542, 16000))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    with pytest.raises(SystemExit) as exit_info:
+        fit_curve.main([str(log), "--plot", str(tmp_path / "fit.png")])
+    assert exit_info.value.code == 2
+    assert "pip install matplotlib" in capsys.readouterr().err
+    assert not (tmp_path / "fit.png").exists()
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("missing_file", "cannot read the file"),
+    ("not_json", "line 7 is not JSON"),
+    ("no_y_column", "no column 'val_reward'; the columns are: config, flops, gpu_hours, loss, other, step, train_reward"),
+    ("non_finite", "line 7: val_reward is nan"),
+    ("too_few_points", "only 3 points in the fit window"),
+    ("compute_not_increasing", "line 7: gpu_hours 0.5 is not above 1 on line 5"),
+])
+def test_cli_bad_input_exits_2_with_one_line_message(tmp_path, case, expected):
+    x, y = np.arange(20.0), np.linspace(0.3, 0.6, 20)
+    log = tmp_path / "log.jsonl"
+    if case == "not_json":
+        fit_curve_write_log(log, x, y, steps_per_eval=3, bad_line=(6, '{"step": 5, "gpu_hours": '))
+    elif case == "no_y_column":
+        fit_curve_write_log(log, x, y).write_text(log.read_text().replace(', "val_reward"', ', "other"'))
+    elif case == "non_finite":
+        fit_curve_write_log(log, x, y, steps_per_eval=3, bad_line=(6, '{"step": 5, "gpu_hours": 2, "val_reward": NaN}'))
+    elif case == "too_few_points":
+        fit_curve_write_log(log, x[:4], y[:4])
+    elif case == "compute_not_increasing":
+        fit_curve_write_log(log, x, y, steps_per_eval=3, bad_line=(6, '{"step": 5, "gpu_hours": 0.5, "val_reward": 0.3}'))
+    result = fit_curve_cli(log, "--bootstrap", 0)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert expected in result.stderr and str(log) in result.stderr, result.stderr
