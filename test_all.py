@@ -1126,3 +1126,173 @@ def test_cli_bad_input_exits_2_with_one_line_message(tmp_path, case, expected):
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
     assert expected in result.stderr and str(log) in result.stderr, result.stderr
+
+
+# =============================================================================
+# train.py
+
+import train  # noqa: E402  (importing runs only the config block and the function definitions)
+
+TRAIN_FAST = ["--n_train=2000", "--n_val=40", "--eval_samples=4", "--prompts_per_step=16", "--samples_per_prompt=8",
+              "--micro_batch=64", "--sampler_slots=128", "--lr=1e-4", "--warmup_steps=5"]
+
+
+def run_train(out_dir, *args, timeout=300):
+    return subprocess.run([sys.executable, "train.py", f"--out_dir={out_dir}", *TRAIN_FAST, *map(str, args)],
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def read_train_log(out_dir):
+    with open(os.path.join(out_dir, "log.jsonl")) as f:
+        lines = [json.loads(line) for line in f]
+    assert "config" in lines[0]
+    return lines[1:]
+
+
+@pytest.fixture
+def train_config(monkeypatch):
+    """train.py's config globals, restored after the test (configure() writes them)."""
+    for key in train.config_keys:
+        monkeypatch.setattr(train, key, getattr(train, key))
+    return train
+
+
+def config_error(train_module, capsys, *args):
+    saved = {k: getattr(train_module, k) for k in train_module.config_keys}
+    with pytest.raises(SystemExit) as info:
+        train_module.configure(list(args))
+        train_module.check_config()
+    for k, v in saved.items():  # each bad config on its own
+        setattr(train_module, k, v)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.startswith("train.py: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_every_config_file_parses_and_sets_existing_keys(train_config):
+    defaults = {k: getattr(train_config, k) for k in train_config.config_keys}
+    files = sorted(f for f in os.listdir(os.path.join(REPO, "config")) if f.endswith(".py"))
+    assert len([f for f in files if f.startswith("loo_")]) == 8 and "scalerl_8b.py" in files and "tiny_cpu.py" in files
+    for name in files:
+        train_config.configure([os.path.join(REPO, "config", name)])  # exits on an unknown key or a wrong type
+    # tiny_cpu.py restates the defaults: `python train.py` and `python train.py config/tiny_cpu.py` agree
+    namespace = {}
+    exec(open(os.path.join(REPO, "config", "tiny_cpu.py")).read(), namespace)
+    tiny = {k: v for k, v in namespace.items() if not k.startswith("_")}
+    assert len(tiny) >= 20 and tiny == {k: defaults[k] for k in tiny}
+
+
+def test_bad_configs_fail_before_any_work_with_one_line_errors(train_config, capsys, tmp_path):
+    assert "unknown config key 'lr_max'" in config_error(train_config, capsys, "--lr_max=1")
+    assert "lr must be float, got 'fast'" in config_error(train_config, capsys, "--lr=fast")
+    assert "not divisible by micro_batch=7" in config_error(train_config, capsys, "--micro_batch=7")
+    assert "loss='ppo': must be one of" in config_error(train_config, capsys, "--loss=ppo")
+    assert "no such directory" in config_error(train_config, capsys, f"--model_path={tmp_path}/nope")
+    assert "no such config file" in config_error(train_config, capsys, "config/nope.py")
+    (tmp_path / "log.jsonl").write_text("{}\n")
+    assert "holds another run" in config_error(train_config, capsys, f"--out_dir={tmp_path}")
+    assert "holds no checkpoint" in config_error(train_config, capsys, f"--out_dir={tmp_path}", "--init_from=resume")
+
+
+def test_a_non_finite_loss_is_skipped_and_not_applied(tiny_model_dir, train_config, monkeypatch):
+    from transformers import AutoModelForCausalLM
+    from sample import Completion, Group
+    tok = data.load_tokenizer(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    prompts, _, reward_fn = data.load_task("builtin", tok, 4, 1, seed=0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for name, value in dict(model=model, tokenizer=tok, eos_ids={tok.eos_token_id}, prompts=prompts,
+                            reward_fn=reward_fn, curriculum=data.Curriculum(4), optimizer=optimizer).items():
+        monkeypatch.setattr(train, name, value, raising=False)
+    terms = [int(c) for c in prompts[0].text[1::2]]
+    thinking, _, answer = data.teacher_completion(terms, random.Random(0))
+
+    def group(behaviour_nan):
+        completions = []
+        for text in (thinking + answer, thinking + str((int(answer) + 1) % 10)):  # right, then wrong
+            ids = tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
+            with torch.no_grad():
+                logprobs = L.token_logprobs(model, torch.tensor([prompts[0].input_ids + ids]))[0, -len(ids):]
+            if behaviour_nan:
+                logprobs[0] = math.nan  # a broken behaviour log-prob on a policy token: the loss is NaN
+            completions.append(Completion(ids, logprobs.tolist(), [0] * len(ids), [True] * len(ids), "eos"))
+        g = Group(0, prompts[0].input_ids, completions)
+        g.index = 0
+        return g
+
+    before = [p.detach().clone() for p in model.parameters()]
+    stats = train.train_step([group(behaviour_nan=True)], 0)
+    assert stats["skipped"] == "non_finite" and not math.isfinite(stats["loss"])
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters())) and not optimizer.state
+    stats = train.train_step([group(behaviour_nan=False)], 0)
+    assert "skipped" not in stats and math.isfinite(stats["loss"]) and stats["effective_prompts"] == 1
+    assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+LOG_KEYS = ("step gpu_hours flops tokens train_reward loss entropy lr grad_norm effective_prompts truncation_rate "
+            "interruption_rate policy_lag_mean policy_lag_max is_ratio_mean is_ratio_max is_truncated_frac "
+            "logprob_mismatch time").split()
+
+
+def test_pipeline_rl_run_learns_keeps_lag_within_k_and_updates_weights_in_flight(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    result = run_train(out, "--max_steps=40", "--eval_interval=20", "--max_lag=2", "--ckpt_interval=40")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_train_log(out)
+    assert [r["step"] for r in rows] == list(range(41))
+    assert [r["step"] for r in rows if "val_reward" in r] == [0, 20, 40]
+    for r in rows[1:]:
+        assert all(k in r for k in LOG_KEYS), set(LOG_KEYS) - set(r)
+        assert r["policy_lag_max"] <= 2  # PipelineRL-k with k = 2
+    assert any(r["inflight_update_frac"] > 0 for r in rows[1:])  # sequences got new weights mid-way
+    assert any(r["policy_lag_max"] >= 1 for r in rows[1:])
+    early = np.mean([r["train_reward"] for r in rows[1:11]])
+    late = np.mean([r["train_reward"] for r in rows[-10:]])
+    assert late > early + 0.3, (early, late)  # measured: about -0.45 -> +0.5
+    assert rows[-1]["val_reward"] > rows[0]["val_reward"] + 0.2
+    assert rows[-1]["gpu_hours"] > rows[20]["gpu_hours"] > 0 and rows[-1]["flops"] > rows[20]["flops"]
+    from transformers import AutoModelForCausalLM  # the checkpoint is a plain Hugging Face directory
+    assert AutoModelForCausalLM.from_pretrained(str(out / "ckpt")).num_parameters() > 0
+
+
+def test_ppo_off_policy_takes_k_steps_per_generation_round(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    result = run_train(out, "--off_policy=ppo", "--max_lag=3", "--max_steps=9", "--eval_interval=9")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_train_log(out)[1:]
+    # one policy generates 3 x P prompts, then 3 steps train on them: lag 0, 1, 2, and again
+    assert [r["policy_lag_max"] for r in rows] == [0, 1, 2] * 3
+    assert [r["policy_lag_mean"] for r in rows] == [0, 1, 2] * 3
+    assert all(r["inflight_update_frac"] == 0 for r in rows)
+
+
+def test_resume_after_a_hard_kill_continues_the_log_and_the_curriculum(tiny_model_dir, tmp_path):
+    import signal
+    import time
+    out = tmp_path / "run"
+    args = ["--max_steps=20", "--eval_interval=5", "--ckpt_interval=5"]
+    cmd = [sys.executable, "train.py", f"--out_dir={out}", *TRAIN_FAST, *args]
+    process = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = out / "log.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None:  # kill between two checkpoints
+        if log.exists() and len(log.read_text().splitlines()) >= 1 + 13:
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    steps_before = [r["step"] for r in read_train_log(out)]
+    assert 12 <= steps_before[-1] < 20, steps_before  # lines past the step-10 checkpoint exist
+    saved = torch.load(out / "ckpt" / "trainer_state.pt", weights_only=False)
+    assert saved["step"] == 10
+    result = run_train(out, *args, "--init_from=resume")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_train_log(out)
+    assert [r["step"] for r in rows] == list(range(21))  # no gap, no duplicate
+    assert [r["step"] for r in rows if "val_reward" in r] == [0, 5, 10, 15, 20]
+    final = torch.load(out / "ckpt" / "trainer_state.pt", weights_only=False)
+    history = final["curriculum"]["pass_rate_history"]
+    assert sum(map(len, history)) == 20 * 16  # every trained group updated the curriculum exactly once
+    assert final["curriculum"]["position"] + final["curriculum"]["epoch"] * 2000 > \
+        saved["curriculum"]["position"] + saved["curriculum"]["epoch"] * 2000
+    assert rows[11]["gpu_hours"] > rows[10]["gpu_hours"]  # the counters continued
