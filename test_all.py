@@ -1244,6 +1244,7 @@ def test_pipeline_rl_run_learns_keeps_lag_within_k_and_updates_weights_in_flight
     for r in rows[1:]:
         assert all(k in r for k in LOG_KEYS), set(LOG_KEYS) - set(r)
         assert r["policy_lag_max"] <= 2  # PipelineRL-k with k = 2
+    assert rows[1]["policy_lag_max"] == 0 and rows[1]["logprob_mismatch"] < 1e-5  # sampler == trainer
     assert any(r["inflight_update_frac"] > 0 for r in rows[1:])  # sequences got new weights mid-way
     assert any(r["policy_lag_max"] >= 1 for r in rows[1:])
     early = np.mean([r["train_reward"] for r in rows[1:11]])
@@ -1296,3 +1297,15 @@ def test_resume_after_a_hard_kill_continues_the_log_and_the_curriculum(tiny_mode
     assert final["curriculum"]["position"] + final["curriculum"]["epoch"] * 2000 > \
         saved["curriculum"]["position"] + saved["curriculum"]["epoch"] * 2000
     assert rows[11]["gpu_hours"] > rows[10]["gpu_hours"]  # the counters continued
+
+
+def test_train_with_the_vllm_sampler_pushes_weights_in_flight_and_matches_the_trainer(tiny_model_dir, tmp_path):
+    require_vllm()
+    out = tmp_path / "run"
+    result = run_train(out, "--sampler=vllm", "--max_steps=6", "--eval_interval=6", "--max_lag=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_train_log(out)
+    assert [r["step"] for r in rows] == list(range(7)) and "val_reward" in rows[-1]
+    # step 1 trains on version-0 tokens only: the gap is vLLM's numerics against the trainer's (fp32 head)
+    assert rows[1]["policy_lag_max"] == 0 and rows[1]["logprob_mismatch"] < 1e-5
+    assert all(r["policy_lag_max"] <= 2 for r in rows[1:]) and any(r["policy_lag_max"] > 0 for r in rows[1:])

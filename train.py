@@ -373,9 +373,10 @@ if __name__ == "__main__":
                  answer_budget=answer_budget, max_new_tokens=think_budget_max + answer_budget)
     if sampler == "torch":
         sampler_handle = TorchSampler(model, **knobs)
-    else:
-        sampler_handle = VLLMSampler(load_path, engine_kwargs=dict(dtype=dtype, gpu_memory_utilization=vllm_gpu_memory,
-                                                                    max_model_len=2048 + think_budget_max + answer_budget + 64), **knobs)
+    else:  # vLLM: room for the longest prompt + thinking + the phrase + the answer
+        max_len = max(len(p.input_ids) for p in prompts + val_prompts) + knobs["max_new_tokens"] + len(knobs["interrupt_ids"])
+        memory = dict(gpu_memory_utilization=vllm_gpu_memory) if device == "cuda" else dict(kv_cache_memory_bytes=1 << 30)
+        sampler_handle = VLLMSampler(load_path, engine_kwargs=dict(dtype=dtype, max_model_len=max_len, **memory), **knobs)
     sampler_handle.version = step
 
     # the loop: the sampler never stops; whenever P groups are finished, a training step runs and
