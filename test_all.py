@@ -1202,7 +1202,8 @@ def test_a_non_finite_loss_is_skipped_and_not_applied(tiny_model_dir, train_conf
     prompts, _, reward_fn = data.load_task("builtin", tok, 4, 1, seed=0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     for name, value in dict(model=model, tokenizer=tok, eos_ids={tok.eos_token_id}, prompts=prompts,
-                            reward_fn=reward_fn, curriculum=data.Curriculum(4), optimizer=optimizer).items():
+                            reward_fn=reward_fn, curriculum=data.Curriculum(4), optimizer=optimizer,
+                            n_trainers=1, layout_rank_in_trainers=0, model_device=torch.device("cpu")).items():
         monkeypatch.setattr(train, name, value, raising=False)
     terms = [int(c) for c in prompts[0].text[1::2]]
     thinking, _, answer = data.teacher_completion(terms, random.Random(0))
@@ -1218,6 +1219,8 @@ def test_a_non_finite_loss_is_skipped_and_not_applied(tiny_model_dir, train_conf
             completions.append(Completion(ids, logprobs.tolist(), [0] * len(ids), [True] * len(ids), "eos"))
         g = Group(0, prompts[0].input_ids, completions)
         g.index = 0
+        train.score([g])
+        assert g.rewards == [1.0, -1.0]
         return g
 
     before = [p.detach().clone() for p in model.parameters()]
@@ -1284,18 +1287,17 @@ def test_resume_after_a_hard_kill_continues_the_log_and_the_curriculum(tiny_mode
     process.wait()
     steps_before = [r["step"] for r in read_train_log(out)]
     assert 12 <= steps_before[-1] < 20, steps_before  # lines past the step-10 checkpoint exist
-    saved = torch.load(out / "ckpt" / "trainer_state.pt", weights_only=False)
+    saved = torch.load(out / "ckpt" / "state.pt", weights_only=False)
     assert saved["step"] == 10
     result = run_train(out, *args, "--init_from=resume")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_train_log(out)
     assert [r["step"] for r in rows] == list(range(21))  # no gap, no duplicate
     assert [r["step"] for r in rows if "val_reward" in r] == [0, 5, 10, 15, 20]
-    final = torch.load(out / "ckpt" / "trainer_state.pt", weights_only=False)
-    history = final["curriculum"]["pass_rate_history"]
-    assert sum(map(len, history)) == 20 * 16  # every trained group updated the curriculum exactly once
-    assert final["curriculum"]["position"] + final["curriculum"]["epoch"] * 2000 > \
-        saved["curriculum"]["position"] + saved["curriculum"]["epoch"] * 2000
+    final = torch.load(out / "ckpt" / "state.pt", weights_only=False)
+    before, after = saved["shares"][0]["curriculum"], final["shares"][0]["curriculum"]
+    assert sum(map(len, after["pass_rate_history"])) == 20 * 16  # every trained group counted exactly once
+    assert after["position"] + after["epoch"] * 2000 > before["position"] + before["epoch"] * 2000
     assert rows[11]["gpu_hours"] > rows[10]["gpu_hours"]  # the counters continued
 
 
@@ -1309,3 +1311,149 @@ def test_train_with_the_vllm_sampler_pushes_weights_in_flight_and_matches_the_tr
     # step 1 trains on version-0 tokens only: the gap is vLLM's numerics against the trainer's (fp32 head)
     assert rows[1]["policy_lag_max"] == 0 and rows[1]["logprob_mismatch"] < 1e-5
     assert all(r["policy_lag_max"] <= 2 for r in rows[1:]) and any(r["policy_lag_max"] > 0 for r in rows[1:])
+
+
+# =============================================================================
+# train.py under torchrun: dedicated sampler ranks, FSDP2 trainers, data parallel (CPU, gloo)
+
+def torchrun(nproc, out_dir, *args, timeout=300, **popen):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "train.py",
+           f"--out_dir={out_dir}", *TRAIN_FAST, "--rank_timeout=60", *map(str, args)]
+    if popen:
+        return subprocess.Popen(cmd, cwd=REPO, text=True, **popen)
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("nproc,n_samplers", [(2, 1), (3, 1), (2, 0)], ids=["1trainer+1sampler", "2fsdp+1sampler",
+                                                                            "2data-parallel"])
+def test_multi_process_layouts_learn_keep_lag_within_k_and_resume(tiny_model_dir, tmp_path, nproc, n_samplers):
+    out = tmp_path / "run"
+    args = [f"--n_samplers={n_samplers}", "--max_lag=2", "--eval_interval=8", "--ckpt_interval=8"]
+    result = torchrun(nproc, out, *args, "--max_steps=16")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_train_log(out)
+    assert [r["step"] for r in rows] == list(range(17))
+    assert all(all(k in r for k in LOG_KEYS) and r["policy_lag_max"] <= 2 for r in rows[1:])
+    assert rows[1]["logprob_mismatch"] < 1e-5  # step 1: version-0 tokens only, sampled in another process
+    assert rows[-1]["val_reward"] > rows[0]["val_reward"] + 0.1, [r.get("val_reward") for r in rows]
+    assert rows[-1]["gpu_hours"] * 3600 > nproc * sum(r["step_time"] for r in rows[1:])  # wall x processes
+    result = torchrun(nproc, out, *args, "--max_steps=20", "--init_from=resume")  # the layout resumes too
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_train_log(out)
+    assert [r["step"] for r in rows] == list(range(21)) and "val_reward" in rows[-1]
+    assert rows[17]["gpu_hours"] > rows[16]["gpu_hours"]
+
+
+FIXED_BATCH_HARNESS = r'''
+import json, os, random, sys
+import torch
+sys.path.insert(0, os.environ["REPO"])
+import data, distributed, train
+from sample import Completion, Group
+
+# one layout of train.py (torchrun's environment), one fixed batch, one train_step: the loss and the gradient
+train.configure(sys.argv[1:])
+layout = distributed.setup(train.n_samplers, 60.0, "cpu")
+if layout.is_sampler:  # a sampler rank takes no part in the gradient
+    sys.exit(0)
+model_dir = os.environ["MODEL_DIR"]
+tok = data.load_tokenizer(model_dir)
+train.layout = layout
+model = train.load_model(model_dir).train()
+if train.n_samplers and layout.trainers > 1:
+    distributed.shard(model)
+rng = random.Random(0)
+groups = []
+for p in range(6):
+    prompt = [rng.randrange(3, len(tok)) for _ in range(rng.randint(3, 8))]
+    completions = []
+    for g in range(4):
+        n = rng.randint(2, 12)
+        ids = [rng.randrange(3, len(tok)) for _ in range(n)]
+        completions.append(Completion(ids, [-rng.uniform(0.1, 3.0) for _ in ids], [0] * n, [rng.random() > 0.1 for _ in ids], "eos"))
+    group = Group(p, prompt, completions)
+    group.rewards = [rng.choice([-1.0, 1.0]) for _ in completions]
+    groups.append(group)
+
+class Recorder:  # in place of AdamW: keeps the full gradient (a gather under FSDP2: every trainer calls it)
+    param_groups = [{}]
+    def step(self):
+        self.grads = {n: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).clone()
+                      for n, p in model.named_parameters()}
+    def zero_grad(self, set_to_none=True):
+        model.zero_grad(set_to_none=True)
+
+recorder = Recorder()
+for name, value in dict(model=model, optimizer=recorder, tokenizer=tok, n_trainers=layout.trainers,
+                        layout_rank_in_trainers=layout.rank, model_device=layout.device, grad_clip=1e9).items():
+    setattr(train, name, value)
+stats = train.train_step(groups, 0)
+if layout.master:
+    torch.save(dict(loss=stats["loss"], grad_norm=stats["grad_norm"], grads=recorder.grads), os.environ["OUT"])
+distributed.finish(layout)
+'''
+
+
+def test_loss_and_gradient_of_a_fixed_batch_match_in_one_two_and_three_processes(tiny_model_dir, tmp_path):
+    harness = tmp_path / "harness.py"
+    harness.write_text(FIXED_BATCH_HARNESS)
+    results = {}
+    for name, nproc, args in [("1 process", 1, []), ("1 trainer + 1 sampler", 2, ["--n_samplers=1"]),
+                              ("2 FSDP2 trainers + 1 sampler", 3, ["--n_samplers=1"]),
+                              ("2 data-parallel ranks", 2, ["--n_samplers=0", "--prompts_per_step=2"])]:
+        env = dict(os.environ, REPO=REPO, MODEL_DIR=tiny_model_dir, OUT=str(tmp_path / f"{nproc}{args}.pt"))
+        result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                 f"--nproc_per_node={nproc}", str(harness), "--micro_batch=4", *args],
+                                env=env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        results[name] = torch.load(env["OUT"])
+    reference = results.pop("1 process")
+    assert reference["loss"] != 0 and reference["grad_norm"] > 0
+    for name, r in results.items():
+        assert abs(r["loss"] - reference["loss"]) < 1e-5, name
+        assert abs(r["grad_norm"] - reference["grad_norm"]) < 1e-5 * max(1.0, reference["grad_norm"]), name
+        for key, g in reference["grads"].items():
+            assert (r["grads"][key] - g).abs().max() < 1e-5, (name, key)
+
+
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGSTOP"])
+def test_a_dead_or_silent_sampler_fails_the_job_naming_the_rank(tiny_model_dir, tmp_path, signal_name):
+    import signal
+    import time
+    out = tmp_path / "run"
+    process = torchrun(2, out, "--n_samplers=1", "--max_steps=100000", "--eval_interval=1000", "--rank_timeout=5",
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log = out / "log.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (log.exists() and len(log.read_text().splitlines()) >= 5):
+        time.sleep(0.1)
+    sampler_pid = None
+    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+        try:
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"RANK=1" in environ and str(out).encode() in cmdline and b"train.py" in cmdline:
+            sampler_pid = pid
+    assert sampler_pid, "sampler rank not found"
+    os.kill(sampler_pid, getattr(signal, signal_name))
+    killed, output = time.time(), []
+    try:
+        if signal_name == "SIGSTOP":  # alive but silent: the master's deadline names it
+            for line in process.stdout:
+                output.append(line)
+                if "train.py: rank 0: sampler rank 1 sent nothing for 5 s (rank_timeout)" in line:
+                    break
+            assert time.time() - killed < 30, "".join(output[-50:])
+            os.kill(sampler_pid, signal.SIGKILL)  # spare torchrun its grace period for a stopped process
+        output.append(process.communicate(timeout=90)[0])
+    finally:
+        process.kill()
+        if os.path.exists(f"/proc/{sampler_pid}"):
+            os.kill(sampler_pid, signal.SIGKILL)
+    output = "".join(output)
+    assert process.returncode != 0 and time.time() - killed < 60
+    assert "rank      : 1" in output, output[-3000:]  # torchrun's summary names the failed rank too
+    if signal_name == "SIGKILL":  # dead: torchrun sees the exit at once and stops the job
+        assert "exitcode  : -9" in output, output[-3000:]

@@ -7,7 +7,14 @@ Compute for LLMs", arXiv 2510.13786). Every leave-one-out ablation of the paper 
 CPU, the built-in task and tiny model, ~10 minutes:
     python train.py
 One GPU, a local model and a local JSONL of math problems:
-    python train.py config/scalerl_8b.py --model_path=/models/Qwen3-8B --data=/data/polaris.jsonl
+    python train.py config/scalerl_8b.py --model_path=/models/Qwen3-8B --data_path=/data/polaris.jsonl
+8 GPUs, one node: 6 vLLM sampler ranks, 2 FSDP2 trainer ranks (see distributed.py):
+    torchrun --standalone --nproc_per_node=8 train.py config/scalerl_8b.py --model_path=... --n_samplers=6
+2 nodes of 8 GPUs (run on each node; a shared filesystem holds out_dir):
+    torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=HOST:29500 \
+        train.py config/scalerl_8b.py --model_path=... --n_samplers=12
+CPU processes (gloo), the same protocol: 2 trainers + 1 sampler
+    torchrun --standalone --nproc_per_node=3 train.py --n_samplers=1
 An ablation:
     python train.py config/loo_dapo.py
 Resume a run (the log continues with no gap and no duplicate):
@@ -29,6 +36,7 @@ import torch
 from tqdm import tqdm
 
 import data
+import distributed
 import loss as L
 from fit_curve import fit_sigmoid
 from sample import TorchSampler, VLLMSampler
@@ -52,6 +60,9 @@ dtype = "float32"              # 'float32' | 'bfloat16' (bf16 is ~300x slower th
 sampler = "torch"              # 'torch' (plain KV-cache decoding) | 'vllm'
 sampler_slots = 256            # sequences decoded at once (continuous batching)
 vllm_gpu_memory = 0.4          # vLLM's gpu_memory_utilization when it shares the GPU with the trainer
+n_samplers = 0                 # torchrun: the last n_samplers ranks only generate, the others train
+                               # (FSDP2); 0 = every rank samples and trains its share (data parallel)
+rank_timeout = 1800.0          # seconds a rank waits on a silent peer before failing the job
 # the ScaleRL recipe; each comment names the leave-one-out value
 loss = "cispo"                 # 'cispo' | 'dapo' | 'gspo' | 'grpo'
 eps_max = 4.0                  # CISPO's upper truncation of the IS ratio (paper: 4, 5, 8 all alike)
@@ -153,6 +164,14 @@ def check_config():
         fail(f"model_path={model_path!r}: no such directory")
     if data_path != "builtin" and not os.path.isfile(data_path):
         fail(f"data_path={data_path!r}: no such file")
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if not 0 <= n_samplers < world:
+        fail(f"n_samplers={n_samplers}: need 0 <= n_samplers < the number of processes ({world}); "
+             f"launch with torchrun --nproc_per_node=N")
+    if n_samplers == 0 and prompts_per_step % world:
+        fail(f"prompts_per_step={prompts_per_step} must be divisible by the {world} data-parallel ranks")
+    if rank_timeout <= 0:
+        fail(f"rank_timeout={rank_timeout}: must be > 0")
     if device == "cuda" and not torch.cuda.is_available():
         fail("device='cuda' but torch sees no GPU")
     if init_from == "scratch" and os.path.exists(os.path.join(out_dir, "log.jsonl")):
@@ -178,6 +197,14 @@ def reward(prompt, completion):
     return r
 
 
+def score(groups):
+    """Reward every completion (kept on its group) and update the curriculum, where it lives: on the
+    master, or on each data-parallel rank for its own share of the prompts."""
+    for g in groups:
+        g.rewards = [reward(prompts[g.index], c) for c in g.completions]
+        curriculum.update(g.index, sum(r > 0 for r in g.rewards) / len(g.rewards))  # NPR: the latest group
+
+
 def collate(groups, advantages):
     """Completion rows of the kept groups -> right-padded tensors, aligned the way loss.py wants:
     position t of (N, T-1) predicts token t+1, so completion token j of a row sits at len(prompt)-1+j."""
@@ -186,14 +213,12 @@ def collate(groups, advantages):
     ids = torch.full((len(rows), T), tokenizer.pad_token_id, dtype=torch.long)
     behaviour = torch.zeros(len(rows), T - 1)
     mask = torch.zeros(len(rows), T - 1)
-    prompt_index = torch.zeros(len(rows), dtype=torch.long)
-    group_of_row = [i for i, g in enumerate(groups) for _ in g.completions]
-    for r, ((prompt_ids, c, _), group) in enumerate(zip(rows, group_of_row)):
+    prompt_index = torch.tensor([i for i, g in enumerate(groups) for _ in g.completions])
+    for r, (prompt_ids, c, _) in enumerate(rows):
         n, k = len(prompt_ids), len(c.token_ids)
         ids[r, :n + k] = torch.tensor(prompt_ids + c.token_ids)
         behaviour[r, n - 1:n - 1 + k] = torch.tensor(c.logprobs, dtype=torch.float32)  # NaN on forced tokens
         mask[r, n - 1:n - 1 + k] = torch.tensor(c.policy_mask, dtype=torch.float32)
-        prompt_index[r] = group
     return ids, behaviour, mask, prompt_index, torch.tensor([a for _, _, a in rows])
 
 
@@ -203,12 +228,11 @@ def lr_at(step):
 
 
 def train_step(groups, step):
-    """The optimizer step after `step` earlier ones, on P finished groups -> the log's training stats.
-    Reward, curriculum, zero-variance filter, advantages, fp32-head log-probs, the loss summed over
-    micro-batches with global weights, clip, AdamW. A non-finite loss or gradient skips the update."""
-    rewards = torch.tensor([[reward(prompts[g.index], c) for c in g.completions] for g in groups])  # (P, G)
-    for g, r in zip(groups, rewards):
-        curriculum.update(g.index, (r > 0).float().mean().item())  # NPR: the latest group's pass rate
+    """The optimizer step after `step` earlier ones, on P scored groups -> the log's training stats.
+    Zero-variance filter, advantages, fp32-head log-probs, the loss summed over micro-batches with
+    weights built on the whole batch, clip, AdamW. Every trainer rank runs it on the same batch and
+    computes its share of the rows. A non-finite loss or gradient skips the update."""
+    rewards = torch.tensor([g.rewards for g in groups])  # (P, G)
     keep = L.zero_variance_mask(rewards) if zero_var_filter else torch.ones(len(groups), dtype=torch.bool)
     completions = [c for g in groups for c in g.completions]
     stats = dict(train_reward=rewards.mean().item(), train_pass_rate=(rewards > 0).float().mean().item(),
@@ -228,28 +252,38 @@ def train_step(groups, step):
     weights = L.token_weights(mask, prompt_index, agg)  # (N, T-1), sums to 1 over the whole batch
     lengths = (ids != tokenizer.pad_token_id).sum(1)
     order = torch.argsort(lengths, descending=True)  # similar lengths share a micro-batch: less padding
+    mine = order[layout_rank_in_trainers::n_trainers]  # dealt round-robin: balanced shares
+    # the same number of micro-batches on every trainer: FSDP2's gathers in each forward pair up
+    n_micro = math.ceil(math.ceil(len(order) / n_trainers) / micro_batch)
     for param_group in optimizer.param_groups:
         param_group["lr"] = lr_at(step + 1)
-    total_loss, loss_stats, entropy_sum = 0.0, [], 0.0
-    for start in range(0, len(order), micro_batch):
-        rows = order[start:start + micro_batch]
+    sums, loss_stats = dict(loss=0.0, entropy=0.0), []
+    for rows in torch.tensor_split(mine, n_micro):
+        share = 1.0 if len(rows) else 0.0  # a rank short of rows still joins the collectives, weightless
+        rows = rows if len(rows) else order[:1]
         T = int(lengths[rows].max())
-        mb = lambda x: x[rows, :T - 1].to(device)
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
-            logprobs, entropy = L.token_logprobs(model, ids[rows, :T].to(device), temperature, fp32_head,
+        mb = lambda x: x[rows, :T - 1].to(model_device)
+        with torch.autocast(model_device.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
+            logprobs, entropy = L.token_logprobs(model, ids[rows, :T].to(model_device), temperature, fp32_head,
                                                  with_entropy=True)  # (n, T-1) fp32
-        mb_loss, mb_stats = L.policy_loss(logprobs, mb(behaviour), row_adv[rows].to(device), mb(mask), mb(weights),
-                                          loss, eps_max=eps_max)
-        mb_loss.backward()
-        total_loss += mb_loss.detach()
+        mb_loss, mb_stats = L.policy_loss(logprobs, mb(behaviour), row_adv[rows].to(model_device), mb(mask) * share,
+                                          mb(weights) * share, loss, eps_max=eps_max)
+        # each rank's loss is its part of one global sum; data-parallel gradients are averaged over
+        # the trainers (FSDP2's reduce-scatter, sync_grads for the rest), so scale by their number
+        (mb_loss * n_trainers).backward()
+        sums["loss"] += mb_loss.detach()
+        sums["entropy"] += (entropy * mb(mask) * share).sum()
         loss_stats.append(mb_stats)
-        entropy_sum += (entropy * mb(mask)).sum()
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    stats.update(L.merge_stats(loss_stats, entropy_sum), loss=float(total_loss), grad_norm=float(grad_norm),
+    distributed.sync_grads(model, n_trainers)
+    grad_norm = distributed.clip_grad_norm(model, grad_clip)
+    for key in ("tokens", "is_ratio_sum", "is_truncated_sum", "logprob_mismatch_sum"):
+        sums[key] = sum(s[key] for s in loss_stats)
+    sums = distributed.all_reduce_sums(sums, dict(is_ratio_max=max(s["is_ratio_max"] for s in loss_stats)))
+    stats.update(L.merge_stats([sums], sums["entropy"]), loss=float(sums["loss"]), grad_norm=float(grad_norm),
                  trained_tokens=int(lengths.sum()))
     if not (math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])):
         optimizer.zero_grad(set_to_none=True)
-        return dict(stats, skipped="non_finite")  # logged, not applied
+        return dict(stats, skipped="non_finite")  # logged, not applied (every rank agrees: the sums are global)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return stats
@@ -259,12 +293,13 @@ def train_step(groups, step):
 def evaluate():
     """Pass rate on the held-out prompts x eval_samples, sampled like training (same temperature and
     length control: the paper's mean@16 is sampled). It runs on the training sampler, whose
-    unfinished training sequences keep decoding alongside; their groups wait in `ready`."""
+    unfinished training sequences keep decoding alongside; their groups join finished_groups.
+    Data-parallel ranks each evaluate their share of the prompts."""
     for i in range(len(val_prompts)):
         sampler_handle.add(("val", i), val_prompts[i].input_ids, eval_samples)
-    correct, total = 0, len(val_prompts) * eval_samples
-    with tqdm(total=total, desc="validation", leave=False, disable=not sys.stderr.isatty()) as bar:
-        done = 0
+    correct, done = 0, 0
+    with tqdm(total=len(val_prompts) * eval_samples, desc="validation", leave=False,
+              disable=not (master and sys.stderr.isatty())) as bar:
         while done < len(val_prompts):
             sampler_handle.step()
             for group in sampler_handle.pop_finished():
@@ -276,20 +311,31 @@ def evaluate():
                     bar.update(len(group.completions))
                 else:
                     finished_groups.append(group)
-    return correct / total
+    counts = dict(correct=correct, total=done * eval_samples)
+    if dp:  # every data-parallel rank evaluated its share
+        counts = distributed.all_reduce_sums(counts)
+    return counts["correct"] / counts["total"]
 
 # -----------------------------------------------------------------------------
 # checkpoints: a Hugging Face model directory plus the trainer's state, swapped in atomically
 
 def save_checkpoint(step, in_flight):
+    """Every trainer rank calls it (gathering FSDP2 shards is a collective); the master writes."""
+    weights = {name: t.detach().cpu() for name, t in distributed.full_weights(model)}
+    optimizer_state = get_optimizer_state_dict(model, optimizer, options=StateDictOptions(
+        full_state_dict=True, cpu_offload=True))
+    # each curriculum owner's share: one on the master, or one per data-parallel rank
+    mine = dict(curriculum=curriculum.state_dict(), in_flight=in_flight) if curriculum else None
+    shares = distributed.gather_objects(mine) if dp else [mine]
+    if not master:
+        return
     tmp, final, old = (os.path.join(out_dir, d) for d in ("ckpt.tmp", "ckpt", "ckpt.old"))
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
+    model.save_pretrained(tmp, state_dict=weights, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
-    state = dict(step=step, optimizer=optimizer.state_dict(), curriculum=curriculum.state_dict(),
-                 counters=counters, in_flight=in_flight, config={k: globals()[k] for k in config_keys},
-                 rng=dict(torch=torch.get_rng_state(), python=random.getstate()))
-    torch.save(state, os.path.join(tmp, "trainer_state.pt"))  # written last: its presence marks a complete dir
+    torch.save(optimizer_state, os.path.join(tmp, "optimizer.pt"))
+    state = dict(step=step, counters=counters, shares=shares, world=layout.world, config=config)
+    torch.save(state, os.path.join(tmp, "state.pt"))  # written last: its presence marks a complete dir
     # swap: a crash leaves either ckpt or ckpt.old complete, never a half-written ckpt
     if os.path.isdir(final):
         shutil.rmtree(old, ignore_errors=True)
@@ -301,7 +347,7 @@ def save_checkpoint(step, in_flight):
 def checkpoint_dir():
     for d in ("ckpt", "ckpt.old"):  # ckpt.old is complete if a crash hit between the two renames
         path = os.path.join(out_dir, d)
-        if os.path.isfile(os.path.join(path, "trainer_state.pt")):
+        if os.path.isfile(os.path.join(path, "state.pt")):
             return path
     fail(f"init_from='resume' but {out_dir!r} holds no complete checkpoint")
 
@@ -310,174 +356,253 @@ def write_log(row):
     log_file.write(json.dumps(row) + "\n")
     log_file.flush()
 
-# -----------------------------------------------------------------------------
-if __name__ == "__main__":
-    configure(sys.argv[1:])
-    check_config()
-    config = {k: globals()[k] for k in config_keys}
-    print(json.dumps(config, indent=1))
-    torch.manual_seed(seed)
-    random.seed(seed)
 
-    # data, tokenizer, model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    base_path = model_path or data.build_tiny_model(seed=seed)
-    load_path = checkpoint_dir() if init_from == "resume" else base_path
-    tokenizer = AutoTokenizer.from_pretrained(load_path)
-    try:
-        prompts, val_prompts, reward_fn = data.load_task(data_path, tokenizer, n_train=n_train, n_val=n_val,
-                                                          seed=seed, prompt_field=prompt_field or None,
-                                                          answer_field=answer_field)
-    except data.DataError as e:
-        fail(str(e))
-    model = AutoModelForCausalLM.from_pretrained(load_path, dtype=torch.float32 if device == "cpu" else
-                                                 getattr(torch, dtype)).to(device)
-    model.train()
-    n_params = sum(p.numel() for p in model.parameters())
-    generation_eos = getattr(model.generation_config, "eos_token_id", None)  # an int or a list (Qwen: two)
-    eos_ids = {tokenizer.eos_token_id} | set([generation_eos] if isinstance(generation_eos, int) else generation_eos or [])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(beta1, beta2), eps=adam_eps,
-                                  weight_decay=weight_decay)
-    curriculum = data.Curriculum(len(prompts), seed=seed, npr=npr, threshold=npr_threshold)
-    counters = dict(train_seconds=0.0, flops=0.0, tokens=0)
-    step, requeue = 0, []
-    if init_from == "resume":
-        state = torch.load(os.path.join(load_path, "trainer_state.pt"), weights_only=False)
-        optimizer.load_state_dict(state["optimizer"])
-        curriculum.load_state_dict(state["curriculum"])
-        counters, step, requeue = state["counters"], state["step"], list(state["in_flight"])
-        torch.set_rng_state(state["rng"]["torch"])
-        random.setstate(state["rng"]["python"])
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(config, f, indent=1)
-    log_path = os.path.join(out_dir, "log.jsonl")
-    val_history = []  # (gpu_hours, val_reward) of this run so far, for the live fit
-    if init_from == "resume":  # drop the lines written after the checkpoint (a hard kill's leftovers)
-        with open(log_path) as f:
-            lines = [line for line in f if line.endswith("\n") and json.loads(line).get("step", -1) <= step]
-        with open(log_path + ".tmp", "w") as f:
-            f.writelines(lines)
-        os.replace(log_path + ".tmp", log_path)
-        rows = [json.loads(line) for line in lines]
-        val_history = [(r["gpu_hours"], r["val_reward"]) for r in rows if "val_reward" in r]
-    log_file = open(log_path, "a")
-    if init_from == "scratch":
-        write_log(dict(config=config, n_params=n_params))
-
-    # the sampler: in one process it shares the trainer's module (torch) or the GPU (vLLM)
-    knobs = dict(temperature=temperature, fp32_head=fp32_head, max_seqs=sampler_slots, seed=seed + step,
-                 eos_ids=eos_ids, think_end_ids=tokenizer.encode("</think>", add_special_tokens=False),
+def make_sampler(path, policy):
+    """A sampler in this process: the torch one decodes with `policy` (in one process, the trainer's
+    own module), the vLLM one starts an engine on `path`."""
+    knobs = dict(temperature=temperature, fp32_head=fp32_head, max_seqs=sampler_slots,
+                 seed=seed + 1000 * layout.rank + step, eos_ids=eos_ids,
+                 think_end_ids=tokenizer.encode("</think>", add_special_tokens=False),
                  interrupt_ids=tokenizer.encode(INTERRUPT_PHRASE, add_special_tokens=False),
                  think_budget=(think_budget_min, think_budget_max) if length_control == "interrupt" else None,
                  answer_budget=answer_budget, max_new_tokens=think_budget_max + answer_budget)
     if sampler == "torch":
-        sampler_handle = TorchSampler(model, **knobs)
-    else:  # vLLM: room for the longest prompt + thinking + the phrase + the answer
+        handle = TorchSampler(policy, **knobs)
+    else:  # room for the longest prompt + thinking + the phrase + the answer
         max_len = max(len(p.input_ids) for p in prompts + val_prompts) + knobs["max_new_tokens"] + len(knobs["interrupt_ids"])
         memory = dict(gpu_memory_utilization=vllm_gpu_memory) if device == "cuda" else dict(kv_cache_memory_bytes=1 << 30)
-        sampler_handle = VLLMSampler(load_path, engine_kwargs=dict(dtype=dtype, max_model_len=max_len, **memory), **knobs)
-    sampler_handle.version = step
+        handle = VLLMSampler(path, engine_kwargs=dict(dtype=dtype, max_model_len=max_len, **memory), **knobs)
+    handle.version = step
+    return handle
 
-    # the loop: the sampler never stops; whenever P groups are finished, a training step runs and
-    # its weights reach the sampler at once, mid-sequence (PipelineRL semantics, time-sliced)
-    started = {}          # ticket -> (prompt index, version when it was added) for groups not yet trained on
-    finished_groups = []  # finished training groups waiting for the trainer
-    next_ticket = 0
-    t_start = time.time()
-    all_retired = False
 
-    def feed():
-        """Start new prompts. PipelineRL-k: keep the slots busy, never more than k steps ahead: at most
-        (k+1) P groups between start and training. PPO-off-policy-k: k*P prompts, once all are trained."""
-        global next_ticket, all_retired
-        if off_policy == "ppo":
-            budget = max_lag * prompts_per_step if not started else 0
-        else:
-            in_flight = sampler_handle.num_unfinished * samples_per_prompt
-            budget = min((max_lag + 1) * prompts_per_step - len(started),
-                         math.ceil((sampler_slots - in_flight) / samples_per_prompt))
-        for _ in range(max(budget, 0)):
-            index = requeue.pop(0) if requeue else curriculum.next()
-            if index is None:
-                all_retired = True
+def load_model(path):
+    from transformers import AutoModelForCausalLM
+    torch_dtype = torch.float32 if device == "cpu" else getattr(torch, dtype)  # bf16 on CPUs is ~300x slower
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(layout.device)
+
+# -----------------------------------------------------------------------------
+if __name__ == "__main__":
+    configure(sys.argv[1:])
+    distributed.pin_sampler_gpu(n_samplers, sampler, device)  # before anything initialises CUDA
+    check_config()
+    config = {k: globals()[k] for k in config_keys}
+    layout = distributed.setup(n_samplers, rank_timeout, device)
+    master = layout.master
+    dp = n_samplers == 0 and layout.world > 1   # data parallel: every rank samples and trains its share
+    n_trainers, layout_rank_in_trainers = layout.trainers, layout.rank if not layout.is_sampler else -1
+    if master:
+        print(json.dumps(config, indent=1))
+    try:
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
+                                                             set_optimizer_state_dict)
+        from transformers import AutoTokenizer, GenerationConfig
+
+        # data and tokenizer; the built-in tiny model is built once, by the master
+        base_path = model_path or distributed.master_first(layout, lambda: data.build_tiny_model(seed=seed))
+        load_path = checkpoint_dir() if init_from == "resume" else base_path
+        state = torch.load(os.path.join(load_path, "state.pt"), weights_only=False) if init_from == "resume" else None
+        step = state["step"] if state else 0
+        tokenizer = AutoTokenizer.from_pretrained(load_path)
+        try:
+            prompts, val_prompts, reward_fn = data.load_task(data_path, tokenizer, n_train=n_train, n_val=n_val,
+                                                              seed=seed, prompt_field=prompt_field or None,
+                                                              answer_field=answer_field)
+        except data.DataError as e:
+            fail(str(e))
+        if dp:  # each rank owns every world-th prompt: its own curriculum, no prompt drawn twice
+            prompts, val_prompts = prompts[layout.rank::layout.world], val_prompts[layout.rank::layout.world]
+        try:  # the model's own end-of-turn ids join the tokenizer's eos (Qwen: two of them)
+            generation_eos = GenerationConfig.from_pretrained(load_path).eos_token_id  # an int or a list
+        except OSError:
+            generation_eos = None
+        eos_ids = {tokenizer.eos_token_id} | set([generation_eos] if isinstance(generation_eos, int) else generation_eos or [])
+
+        if layout.is_sampler:  # a sampler rank: generate until the master says stop
+            sampler_handle = make_sampler(load_path, load_model(load_path).eval() if sampler == "torch" else None)
+            distributed.serve(sampler_handle, layout, distributed.Mailbox(layout.store, layout.rank), rank_timeout)
+            distributed.finish(layout)
+            sys.exit(0)
+
+        # a trainer rank: the model (FSDP2 over the trainers when samplers are separate), the optimizer
+        model = load_model(load_path).train()
+        model_device = layout.device
+        n_params = sum(p.numel() for p in model.parameters())
+        if n_samplers and n_trainers > 1:
+            distributed.shard(model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(beta1, beta2), eps=adam_eps,
+                                      weight_decay=weight_decay)
+        curriculum = data.Curriculum(len(prompts), seed=seed + layout.rank, npr=npr, threshold=npr_threshold) \
+            if master or dp else None
+        counters, requeue = dict(train_seconds=0.0, flops=0.0, tokens=0), []
+        if state:
+            if dp and state["world"] != layout.world:
+                fail(f"the checkpoint was written by {state['world']} data-parallel ranks, this run has {layout.world}")
+            optimizer_state = torch.load(os.path.join(load_path, "optimizer.pt"), weights_only=False) \
+                if master or n_trainers == 1 else {}
+            set_optimizer_state_dict(model, optimizer, optimizer_state, options=StateDictOptions(
+                full_state_dict=True, broadcast_from_rank0=n_trainers > 1))
+            counters = state["counters"]
+            if curriculum:
+                share = state["shares"][layout.rank if dp else 0]
+                curriculum.load_state_dict(share["curriculum"])
+                requeue = list(share["in_flight"])
+
+        if not master and not dp:  # an FSDP2 trainer beside the master: follow its steps
+            while (message := distributed.broadcast_object(None)) is not None:
+                batch, step, save = message
+                train_step(batch, step)
+                distributed.full_weights(model)  # the gather the master's weight broadcast needs
+                if save:
+                    save_checkpoint(step + 1, None)
+            distributed.finish(layout)
+            sys.exit(0)
+
+        # the master, or a data-parallel rank: the log, the samplers, the loop
+        if master:
+            os.makedirs(out_dir, exist_ok=True)
+            with open(os.path.join(out_dir, "config.json"), "w") as f:
+                json.dump(config, f, indent=1)
+        log_path = os.path.join(out_dir, "log.jsonl")
+        val_history = []  # (gpu_hours, val_reward) of this run so far, for the live fit
+        if master and state:  # drop the lines written after the checkpoint (a hard kill's leftovers)
+            with open(log_path) as f:
+                lines = [line for line in f if line.endswith("\n") and json.loads(line).get("step", -1) <= step]
+            with open(log_path + ".tmp", "w") as f:
+                f.writelines(lines)
+            os.replace(log_path + ".tmp", log_path)
+            val_history = [(r["gpu_hours"], r["val_reward"]) for r in map(json.loads, lines) if "val_reward" in r]
+        log_file = open(log_path, "a") if master else None
+        if master and not state:
+            write_log(dict(config=config, n_params=n_params, world=layout.world))
+        if n_samplers:  # the samplers are other ranks
+            sampler_handle = distributed.RemoteSamplers(layout, distributed.Mailbox(layout.store, 0), rank_timeout)
+            sampler_handle.version = step
+        else:  # in this process: the torch sampler shares the trainer's module, zero-copy
+            sampler_handle = make_sampler(load_path, model)
+        local_prompts = prompts_per_step // layout.world if dp else prompts_per_step  # groups this rank brings per step
+        capacity = sampler_slots * max(n_samplers, 1)  # sequences decoded at once, over all samplers
+
+        # the loop: the samplers never stop; whenever P groups are finished, a training step runs and
+        # its weights reach the samplers at once, mid-sequence (PipelineRL; time-sliced in one process)
+        started = {}          # ticket -> (prompt index, version when handed out), for groups not yet trained on
+        finished_groups = []  # finished training groups waiting for the trainer
+        next_ticket, all_retired = 0, False
+        t_start = time.time()
+
+        def feed():
+            """Hand out prompts. PipelineRL-k: keep the samplers busy, never more than k steps ahead (at
+            most (k+1) P groups between hand-out and training); the samplers' own queue adds one batch.
+            PPO-off-policy-k: k*P prompts, once the previous round is all trained on."""
+            global next_ticket, all_retired
+            if off_policy == "ppo":
+                budget = max_lag * local_prompts if not started else 0
+            else:
+                queued = sampler_handle.num_unfinished * samples_per_prompt
+                room = capacity + (prompts_per_step * samples_per_prompt if n_samplers else 0) - queued
+                budget = min((max_lag + 1) * local_prompts - len(started), math.ceil(room / samples_per_prompt))
+            for _ in range(max(budget, 0)):
+                index = requeue.pop(0) if requeue else curriculum.next()
+                if index is None:
+                    all_retired = True
+                    return
+                started[next_ticket] = (index, sampler_handle.version)
+                sampler_handle.add(next_ticket, prompts[index].input_ids, samples_per_prompt)
+                next_ticket += 1
+
+        def ready_batch():
+            """The oldest finished groups, once no unfinished group is older than k steps (so that no
+            token is trained more than k steps after the version that sampled it)."""
+            if len(finished_groups) < local_prompts:
+                return None
+            if off_policy == "ppo" and sampler_handle.num_unfinished:
+                return None  # PPO-off-policy-k: the whole round is generated by one policy before any step
+            finished = {g.prompt_id for g in finished_groups}
+            oldest_unfinished = min((v for t, (_, v) in started.items() if t not in finished), default=step)
+            if off_policy == "pipeline" and oldest_unfinished <= step - max_lag:
+                return None  # wait: that group must join this batch
+            finished_groups.sort(key=lambda g: g.prompt_id)  # tickets are issued in hand-out order
+            batch = finished_groups[:local_prompts]
+            del finished_groups[:local_prompts]
+            for g in batch:
+                g.index = started.pop(g.prompt_id)[0]
+            return batch
+
+        def log_step(row, step_seconds):
+            """The live scaling-law fit on validation steps, the JSONL row, the human line (master)."""
+            if not master:
                 return
-            started[next_ticket] = (index, sampler_handle.version)
-            sampler_handle.add(next_ticket, prompts[index].input_ids, samples_per_prompt)
-            next_ticket += 1
+            if "val_reward" in row:
+                val_history.append((row["gpu_hours"], row["val_reward"]))
+                try:  # live prediction: the same fit as `python fit_curve.py out/log.jsonl`
+                    fit = fit_sigmoid(*zip(*val_history))
+                    row.update(fit_A=fit.A, fit_B=fit.B, fit_C_mid=fit.C_mid)
+                except ValueError:
+                    pass  # fewer than 4 points past the early transient
+            row["time"] = time.time() - t_start
+            write_log(row)
+            line = [f"step {row['step']}"]
+            if "train_reward" in row:
+                line += [f"reward {row['train_reward']:+.3f}", f"loss {row['loss']:.4f}"]
+            if "val_reward" in row:
+                line.append(f"val {row['val_reward']:.3f}" + (f" (fit A {row['fit_A']:.3f})" if "fit_A" in row else ""))
+            if "policy_lag_mean" in row:
+                line.append(f"lag {row['policy_lag_mean']:.2f}")
+            print(" | ".join(line + [f"{step_seconds:.2f} s", f"{row['time']:.0f} s total"]), flush=True)
 
-    def ready_batch():
-        """The P oldest finished groups, once no unfinished group is older than k steps (so that no
-        token is trained more than k steps after the version that sampled it)."""
-        if len(finished_groups) < prompts_per_step:
-            return None
-        if off_policy == "ppo" and sampler_handle.num_unfinished:
-            return None  # PPO-off-policy-k: the whole round is generated by one policy before any step
-        finished = {g.prompt_id for g in finished_groups}
-        oldest_unfinished = min((v for t, (_, v) in started.items() if t not in finished), default=step)
-        if off_policy == "pipeline" and oldest_unfinished <= step - max_lag:
-            return None  # wait: that group must join this batch
-        finished_groups.sort(key=lambda g: g.prompt_id)  # tickets are issued in start order
-        batch = finished_groups[:prompts_per_step]
-        del finished_groups[:prompts_per_step]
-        for g in batch:
-            g.index = started.pop(g.prompt_id)[0]
-        return batch
-
-    def log_step(row, train_seconds):
-        """Validate when due (with the live scaling-law fit), write the JSONL row, print the human line."""
-        if "val_reward" in row:
-            val_history.append((row["gpu_hours"], row["val_reward"]))
-            try:  # live prediction: the same fit as `python fit_curve.py out/log.jsonl`
-                fit = fit_sigmoid(*zip(*val_history))
-                row.update(fit_A=fit.A, fit_B=fit.B, fit_C_mid=fit.C_mid)
-            except ValueError:
-                pass  # fewer than 4 points past the early transient
-        row["time"] = time.time() - t_start
-        write_log(row)
-        line = [f"step {row['step']}"]
-        if "train_reward" in row:
-            line += [f"reward {row['train_reward']:+.3f}", f"loss {row['loss']:.4f}"]
-        if "val_reward" in row:
-            line.append(f"val {row['val_reward']:.3f}" + (f" (fit A {row['fit_A']:.3f})" if "fit_A" in row else ""))
-        if "policy_lag_mean" in row:
-            line.append(f"lag {row['policy_lag_mean']:.2f}")
-        print(" | ".join(line + [f"{train_seconds:.2f} s", f"{row['time']:.0f} s total"]))
-
-    if step == 0:  # R0: the reward at zero compute
-        log_step(dict(step=0, gpu_hours=0.0, flops=0.0, tokens=0, val_reward=evaluate()), 0.0)
-    segment_start = time.time()
-    while step < max_steps:
-        feed()
-        generated = sampler_handle.step()
-        counters["tokens"] += generated
-        counters["flops"] += 2 * n_params * generated  # ~2N per generated token (prefill not counted)
-        finished_groups += sampler_handle.pop_finished()
-        batch = ready_batch()
-        if batch is None:
-            if all_retired and not sampler_handle.num_unfinished:  # fewer than P groups will ever come
+        if step == 0:  # R0: the reward at zero compute
+            log_step(dict(step=0, gpu_hours=0.0, flops=0.0, tokens=0, val_reward=evaluate()), 0.0)
+        segment_start = time.time()
+        while step < max_steps:
+            feed()
+            generated = sampler_handle.step()
+            counters["tokens"] += generated
+            counters["flops"] += 2 * n_params * generated  # ~2N per generated token (prefill not counted)
+            finished_groups += sampler_handle.pop_finished()
+            batch = ready_batch()
+            if batch is None:
+                if all_retired and not sampler_handle.num_unfinished and not dp:  # no P groups will ever come
+                    print("every training prompt is retired by No-Positive-Resampling: stopping")
+                    break
+                continue
+            t0 = time.time()
+            score(batch)
+            out_of_prompts = curriculum.retired_count == len(prompts) and len(started) < local_prompts
+            last = step + 1 >= max_steps or out_of_prompts or 0 < max_minutes * 60 < time.time() - t_start
+            save = (step + 1) % ckpt_interval == 0
+            if dp:  # every rank brings its share; the batch and the decision to stop are common
+                shares = distributed.gather_objects((batch, last))
+                batch, last = [g for b, _ in shares for g in b], any(l for _, l in shares)
+            elif n_trainers > 1:
+                distributed.broadcast_object((batch, step, save or last))
+            stats = train_step(batch, step)
+            step += 1
+            if n_samplers:  # the full weights to every sampler rank (a gather over the FSDP2 shards first)
+                sampler_handle.update_weights(distributed.full_weights(model), step)
+            else:
+                sampler_handle.update_weights(None if sampler == "torch" else distributed.full_weights(model), step)
+            step_seconds = time.time() - t0
+            counters["flops"] += 6 * n_params * stats["trained_tokens"]  # ~6N per trained token (fwd + bwd)
+            counters["train_seconds"] += time.time() - segment_start  # wall time of sampling + training
+            row = dict(step=step, gpu_hours=counters["train_seconds"] * layout.world / 3600, flops=counters["flops"],
+                       tokens=counters["tokens"], step_time=step_seconds, **stats)  # gpu_hours: wall x processes (GPUs)
+            if step % eval_interval == 0 or last:
+                row["val_reward"] = evaluate()
+            log_step(row, step_seconds)
+            if save or last:
+                save_checkpoint(step, [index for index, _ in started.values()])
+            if out_of_prompts and master:
                 print("every training prompt is retired by No-Positive-Resampling: stopping")
+            segment_start = time.time()  # validation and checkpoints are not training compute
+            if last:
                 break
-            continue
-        t0 = time.time()
-        stats = train_step(batch, step)
-        step += 1
-        sampler_handle.update_weights(None if sampler == "torch" else model.state_dict().items(), step)
-        train_seconds = time.time() - t0
-        counters["flops"] += 6 * n_params * stats["trained_tokens"]  # ~6N per trained token (fwd + bwd)
-        counters["train_seconds"] += time.time() - segment_start  # wall time of sampling + training
-        out_of_prompts = curriculum.retired_count == len(prompts) and len(started) < prompts_per_step
-        last = step >= max_steps or out_of_prompts or (max_minutes > 0 and time.time() - t_start > max_minutes * 60)
-        row = dict(step=step, gpu_hours=counters["train_seconds"] / 3600, flops=counters["flops"],
-                   tokens=counters["tokens"], **stats)
-        if step % eval_interval == 0 or last:
-            row["val_reward"] = evaluate()
-        log_step(row, train_seconds)
-        if step % ckpt_interval == 0 or last:
-            save_checkpoint(step, [index for index, _ in started.values()])
-        if out_of_prompts:
-            print("every training prompt is retired by No-Positive-Resampling: stopping")
-        segment_start = time.time()  # validation and checkpoints are not training compute
-        if last:
-            break
-    log_file.close()
+        if n_samplers:
+            sampler_handle.stop()
+            if n_trainers > 1:
+                distributed.broadcast_object(None)
+        if log_file:
+            log_file.close()
+        distributed.finish(layout)
+    except distributed.RankError as e:  # a peer died or went silent: say which, and fail the job
+        print(f"train.py: rank {layout.rank}: {e}", file=sys.stderr, flush=True)
+        os._exit(1)
