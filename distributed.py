@@ -85,7 +85,8 @@ def master_first(layout, build):
 
 
 def finish(layout):
-    if dist.is_initialized():
+    """Tear down the trainers' group (a sampler rank's default group, if any, is vLLM's own)."""
+    if layout.world > 1 and not layout.is_sampler:
         dist.destroy_process_group()
 
 # -----------------------------------------------------------------------------

@@ -1301,10 +1301,13 @@ def test_resume_after_a_hard_kill_continues_the_log_and_the_curriculum(tiny_mode
     assert rows[11]["gpu_hours"] > rows[10]["gpu_hours"]  # the counters continued
 
 
-def test_train_with_the_vllm_sampler_pushes_weights_in_flight_and_matches_the_trainer(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("nproc", [1, 2], ids=["one process", "1 trainer + 1 vLLM sampler rank"])
+def test_train_with_the_vllm_sampler_pushes_weights_in_flight_and_matches_the_trainer(tiny_model_dir, tmp_path, nproc):
     require_vllm()
     out = tmp_path / "run"
-    result = run_train(out, "--sampler=vllm", "--max_steps=6", "--eval_interval=6", "--max_lag=2")
+    args = ["--sampler=vllm", "--max_steps=6", "--eval_interval=6", "--max_lag=2"]
+    # two processes: the engine lives on the sampler rank, the weights arrive by gloo broadcast
+    result = run_train(out, *args) if nproc == 1 else torchrun(2, out, *args, "--n_samplers=1")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_train_log(out)
     assert [r["step"] for r in rows] == list(range(7)) and "val_reward" in rows[-1]
