@@ -420,64 +420,37 @@ def build_tiny_model(model_dir=None, seed=0, **overrides):
     return model_dir
 
 # -----------------------------------------------------------------------------
-# measuring a model's pass rate (a reference sampler for the build report and the tests;
-# training uses sample.py's samplers, which implement the same interruption)
+# measuring a model's pass rate, with the training sampler (sample.py) and the training budgets
 
 @torch.no_grad()
-def sample_completions(model, tokenizer, prompts, samples, think_budget, answer_budget, seed=0, batch_rows=512):
-    """Sample `samples` completions per prompt at temperature 1 with transformers' generate.
-    Interruption, done after the fact: a completion that did not write </think> (nor stop) within
-    its first L tokens, L uniform in think_budget, keeps those L, gets the phrase and is continued;
-    after </think> at most answer_budget tokens. -> list of (prompt, token ids, interrupted)."""
-    rng, phrase = random.Random(seed), tokenizer.encode(INTERRUPT_PHRASE, add_special_tokens=False)
-    think_end, eos, pad = tokenizer.convert_tokens_to_ids(THINK_END), tokenizer.eos_token_id, tokenizer.pad_token_id
-    torch.manual_seed(seed)
-
-    def generate(rows, max_new_tokens):  # left-padded batch -> new tokens of each row, up to its <eos>
-        width = max(map(len, rows))
-        input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
-        out = model.generate(input_ids=input_ids, attention_mask=(input_ids != pad).long(), do_sample=True,
-                             temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
-                             eos_token_id=eos, pad_token_id=pad)[:, width:].tolist()
-        return [o[:o.index(eos) + 1] if eos in o else o for o in out]
-
-    results, jobs = [], [p for p in prompts for _ in range(samples)]
-    for start in range(0, len(jobs), batch_rows):
-        batch = jobs[start:start + batch_rows]
-        completions = generate([p.input_ids for p in batch], think_budget[1] + answer_budget)
-        cut = {}
-        for i, c in enumerate(completions):
-            limit = rng.randint(*think_budget)
-            if think_end in c[:limit]:  # thought within its budget: keep at most answer_budget more
-                completions[i] = c[:c.index(think_end) + 1 + answer_budget]
-            elif eos not in c[:limit]:  # still thinking after `limit` tokens: interrupt
-                cut[i] = c[:limit] + phrase
-        if cut:
-            answers = generate([batch[i].input_ids + c for i, c in cut.items()], answer_budget)
-            for (i, c), a in zip(cut.items(), answers):
-                completions[i] = c + a
-        results += [(p, c, i in cut) for i, (p, c) in enumerate(zip(batch, completions))]
-    return results
-
-
 def measure_pass_rate(model_dir, n_prompts=200, samples=8, seed=1234):
-    """Validation pass rate of a built-in-task model at temperature 1: pass@1 (mean over prompts and
-    samples), pass@samples, interrupted fraction, and pass@1 by difficulty."""
+    """Validation pass rate of a built-in-task model at temperature 1, interrupted like training:
+    pass@1 (mean over prompts and samples), pass@samples, interrupted fraction, pass@1 by difficulty."""
     from transformers import AutoModelForCausalLM
+    from sample import TorchSampler
     tokenizer = load_tokenizer(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     _, val, reward_fn = load_task("builtin", tokenizer, 0, n_prompts, seed)
-    results = sample_completions(model, tokenizer, val, samples, TINY_THINK_BUDGET, TINY_ANSWER_BUDGET, seed)
-    passed, interrupted = defaultdict(list), 0
-    for prompt, completion, cut in results:
-        passed[prompt.id].append(reward_fn(prompt, tokenizer.decode(completion, skip_special_tokens=True)) > 0)
-        interrupted += cut
+    encode = lambda text: tokenizer.encode(text, add_special_tokens=False)
+    sampler = TorchSampler(model, temperature=1.0, max_seqs=512, seed=seed, eos_ids=[tokenizer.eos_token_id],
+                           think_end_ids=encode(THINK_END), interrupt_ids=encode(INTERRUPT_PHRASE),
+                           think_budget=TINY_THINK_BUDGET, answer_budget=TINY_ANSWER_BUDGET)
+    for i, prompt in enumerate(val):
+        sampler.add(i, prompt.input_ids, samples)
+    passed, interrupted = {}, 0
+    while sampler.num_unfinished:
+        sampler.step()
+        for group in sampler.pop_finished():
+            prompt = val[group.prompt_id]
+            passed[prompt.id] = [reward_fn(prompt, tokenizer.decode(c.token_ids, skip_special_tokens=True)) > 0
+                                 for c in group.completions]
+            interrupted += sum(c.interrupted for c in group.completions)
     by_difficulty = defaultdict(list)
     for prompt in val:
         by_difficulty[prompt.difficulty].append(np.mean(passed[prompt.id]))
     return dict(pass_at_1=float(np.mean([np.mean(v) for v in passed.values()])),
                 pass_at_k=float(np.mean([any(v) for v in passed.values()])), k=samples,
-                interrupted=interrupted / len(results),
+                interrupted=interrupted / (len(val) * samples),
                 by_difficulty={n: round(float(np.mean(v)), 3) for n, v in sorted(by_difficulty.items())})
 
 # -----------------------------------------------------------------------------

@@ -486,28 +486,6 @@ def test_warm_started_model_pass_rate_lies_in_the_intended_band(tiny_model_dir):
     assert stats["by_difficulty"][2] > stats["by_difficulty"][12], stats  # longer chains are harder
 
 
-def test_reference_sampler_interrupts_over_long_thinking_and_bounds_the_answer(tiny_model_dir):
-    from transformers import AutoModelForCausalLM
-    tok = data.load_tokenizer(tiny_model_dir)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    _, val, _ = data.load_task("builtin", tok, 0, 300, seed=5)
-    prompts = [p for p in val if p.difficulty == 12][:6] + [p for p in val if p.difficulty <= 4][:6]
-    (lo, hi), answer_budget = data.TINY_THINK_BUDGET, data.TINY_ANSWER_BUDGET
-    phrase = tok.encode(INTERRUPT_PHRASE, add_special_tokens=False)
-    think_end = tok.convert_tokens_to_ids("</think>")
-    results = data.sample_completions(model, tok, prompts, 4, (lo, hi), answer_budget, seed=0)
-    assert len(results) == 48 and [r[0] for r in results[:4]] == [prompts[0]] * 4
-    for prompt, completion, interrupted in results:
-        if interrupted:  # forced at L in [lo, hi], after L tokens that never closed the thinking
-            at = completion.index(phrase[0])
-            assert lo <= at <= hi and think_end not in completion[:at] and completion[at:at + 2] == phrase
-            assert len(completion) - (at + 2) <= answer_budget
-        elif think_end in completion:
-            at = completion.index(think_end)
-            assert at < hi and len(completion) - (at + 1) <= answer_budget
-    assert sum(r[2] for r in results[:24]) >= 12 and not any(r[2] for r in results[24:])  # only long chains
-
-
 def test_tiny_model_loads_in_vllm_with_the_same_tokens_and_logprobs(tiny_model_dir):
     require_vllm()
     for key, value in dict(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1").items():
