@@ -9,9 +9,9 @@ The multi-process layout of train.py, on plain torch.distributed under torchrun 
                         take the new weights after every optimizer step between two engine steps
     S = 0               every rank samples and trains on its own share of the prompts (data parallel)
 
-Three channels, none of them the job's default process group, so that an in-process vLLM engine
-on a sampler rank can make its own one-rank world (it adopts an existing default group as its
-world and then waits for ranks that never come):
+Three channels, and no default process group spanning the whole job, so that an in-process vLLM
+engine on a sampler rank can make its own one-rank world (it adopts an existing default group as
+its world, then waits for ranks that never come):
     Mailbox        ordered Python messages through torchrun's rendezvous store (groups of completions,
                    prompts to generate, weight announcements); non-blocking, no threads
     trainer group  the default process group of the trainer ranks: FSDP2, the batch, the stats
@@ -62,6 +62,7 @@ def setup(n_samplers, timeout_s, device_type):
         else:
             weight_group = dist.ProcessGroupGloo(weight_store, group_rank, n_samplers + 1, timeout)
     return Layout(rank, world, trainers, n_samplers, rank >= trainers, rank == 0, store, weight_group, device)
+
 
 def pin_sampler_gpu(n_samplers, sampler, device_type):
     """A vLLM sampler rank sees only its own GPU: an in-process engine takes cuda:0 of what it sees.
@@ -151,7 +152,7 @@ def broadcast_object(obj):
     box = [obj]
     try:
         dist.broadcast_object_list(box, src=0)
-    except dist.DistError as e:
+    except RuntimeError as e:  # gloo and NCCL failures (timeouts, lost peers) are RuntimeErrors
         raise RankError(f"no word from the master (rank 0) or a trainer rank: {str(e).splitlines()[0]}") from None
     return box[0]
 
@@ -161,7 +162,7 @@ def gather_objects(obj):
     out = [None] * dist.get_world_size()
     try:
         dist.all_gather_object(out, obj)
-    except dist.DistError as e:
+    except RuntimeError as e:  # gloo and NCCL failures (timeouts, lost peers) are RuntimeErrors
         raise RankError(f"a trainer rank died or stopped answering: {str(e).splitlines()[0]}") from None
     return out
 
@@ -213,7 +214,11 @@ def broadcast_weights(group, named_tensors=None, spec=None, device="cpu"):
             flat = torch.empty(sum(shape.numel() for _, shape in part), dtype=dtype, device=device)
         options = dist.BroadcastOptions()
         options.rootRank = 0
-        group.broadcast([flat], options).wait()
+        try:
+            group.broadcast([flat], options).wait()
+        except RuntimeError as e:  # gloo and NCCL failures (timeouts, lost peers) are RuntimeErrors
+            raise RankError(f"the weight broadcast between the master and the samplers failed: "
+                            f"{str(e).splitlines()[0]}") from None
         for (name, shape), t in zip(part, torch.split(flat, [shape.numel() for _, shape in part])):
             received[name] = t.view(shape)
     return [(name, received[name]) for name, _, _ in spec]

@@ -33,7 +33,8 @@ def lm_head_logits(model, hidden, temperature=1.0, fp32_head=True):
     head = model.get_output_embeddings()
     weight, bias = head.weight, getattr(head, "bias", None)
     if fp32_head:
-        logits = F.linear(hidden.float(), weight.float(), None if bias is None else bias.float())
+        with torch.autocast(hidden.device.type, enabled=False):  # an enclosing autocast would undo the upcast
+            logits = F.linear(hidden.float(), weight.float(), None if bias is None else bias.float())
     else:
         logits = F.linear(hidden.to(weight.dtype), weight, bias).float()
     return logits / temperature  # the temperature sits right before the log-softmax

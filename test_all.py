@@ -95,6 +95,8 @@ def test_fp32_head_switch_changes_the_numerics_of_a_bf16_model():
     assert fp32.dtype == low.dtype == torch.float32
     assert (fp32 - exact).abs().max() < 1e-5
     assert (low - exact).abs().max() > 1e-4  # bf16 logits lose precision the fp32 head keeps
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # an enclosing autocast must not undo the fp32 head
+        assert (L.token_logprobs(model, ids, fp32_head=True) - exact).abs().max() < 1e-5
 
 
 def test_zero_variance_filter_drops_groups_with_equal_rewards():

@@ -209,8 +209,10 @@ def collate(groups, advantages):
     """Completion rows of the kept groups -> right-padded tensors, aligned the way loss.py wants:
     position t of (N, T-1) predicts token t+1, so completion token j of a row sits at len(prompt)-1+j."""
     rows = [(g.prompt_ids, c, a) for g, adv in zip(groups, advantages) for c, a in zip(g.completions, adv.tolist())]
-    T = max(len(p) + len(c.token_ids) for p, c, _ in rows)
-    ids = torch.full((len(rows), T), tokenizer.pad_token_id, dtype=torch.long)
+    lengths = torch.tensor([len(p) + len(c.token_ids) for p, c, _ in rows])
+    T = int(lengths.max())
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0  # never attended, never trained
+    ids = torch.full((len(rows), T), pad, dtype=torch.long)
     behaviour = torch.zeros(len(rows), T - 1)
     mask = torch.zeros(len(rows), T - 1)
     prompt_index = torch.tensor([i for i, g in enumerate(groups) for _ in g.completions])
@@ -219,7 +221,7 @@ def collate(groups, advantages):
         ids[r, :n + k] = torch.tensor(prompt_ids + c.token_ids)
         behaviour[r, n - 1:n - 1 + k] = torch.tensor(c.logprobs, dtype=torch.float32)  # NaN on forced tokens
         mask[r, n - 1:n - 1 + k] = torch.tensor(c.policy_mask, dtype=torch.float32)
-    return ids, behaviour, mask, prompt_index, torch.tensor([a for _, _, a in rows])
+    return ids, lengths, behaviour, mask, prompt_index, torch.tensor([a for _, _, a in rows])
 
 
 def lr_at(step):
@@ -248,9 +250,8 @@ def train_step(groups, step):
     if not kept:  # every group was all-correct or all-wrong: nothing to learn from this batch
         return dict(stats, loss=0.0, grad_norm=0.0, skipped="no_signal", trained_tokens=0)
     advantages = L.group_advantages(rewards[keep], adv_norm)  # (P', G)
-    ids, behaviour, mask, prompt_index, row_adv = collate(kept, advantages)
+    ids, lengths, behaviour, mask, prompt_index, row_adv = collate(kept, advantages)
     weights = L.token_weights(mask, prompt_index, agg)  # (N, T-1), sums to 1 over the whole batch
-    lengths = (ids != tokenizer.pad_token_id).sum(1)
     order = torch.argsort(lengths, descending=True)  # similar lengths share a micro-batch: less padding
     mine = order[layout_rank_in_trainers::n_trainers]  # dealt round-robin: balanced shares
     # the same number of micro-batches on every trainer: FSDP2's gathers in each forward pair up
@@ -263,9 +264,8 @@ def train_step(groups, step):
         rows = rows if len(rows) else order[:1]
         T = int(lengths[rows].max())
         mb = lambda x: x[rows, :T - 1].to(model_device)
-        with torch.autocast(model_device.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
-            logprobs, entropy = L.token_logprobs(model, ids[rows, :T].to(model_device), temperature, fp32_head,
-                                                 with_entropy=True)  # (n, T-1) fp32
+        logprobs, entropy = L.token_logprobs(model, ids[rows, :T].to(model_device), temperature, fp32_head,
+                                             with_entropy=True)  # (n, T-1) fp32, the model in its own dtype
         mb_loss, mb_stats = L.policy_loss(logprobs, mb(behaviour), row_adv[rows].to(model_device), mb(mask) * share,
                                           mb(weights) * share, loss, eps_max=eps_max)
         # each rank's loss is its part of one global sum; data-parallel gradients are averaged over
