@@ -201,9 +201,10 @@ def full_weights(model):
     return [(name, p.full_tensor() if hasattr(p, "full_tensor") else p) for name, p in model.named_parameters()]
 
 
-def broadcast_weights(group, named_tensors=None, spec=None, device="cpu"):
+def broadcast_weights(group, named_tensors=None, spec=None, device="cpu", peers="the master (rank 0)"):
     """Master: pass named_tensors; samplers: pass the spec [(name, shape, dtype)] the master announced.
-    One flat buffer per dtype, in spec order on both sides -> [(name, tensor)] in spec order."""
+    One flat buffer per dtype, in spec order on both sides -> [(name, tensor)] in spec order.
+    peers names the other end for the error message when a peer dies or stops answering."""
     spec = spec or [(name, tuple(t.shape), t.dtype) for name, t in named_tensors]
     tensors, received = dict(named_tensors or []), {}
     for dtype in sorted({d for _, _, d in spec}, key=str):
@@ -217,7 +218,7 @@ def broadcast_weights(group, named_tensors=None, spec=None, device="cpu"):
         try:
             group.broadcast([flat], options).wait()
         except RuntimeError as e:  # gloo and NCCL failures (timeouts, lost peers) are RuntimeErrors
-            raise RankError(f"the weight broadcast between the master and the samplers failed: "
+            raise RankError(f"the weight broadcast with {peers} failed (dead or silent past rank_timeout?): "
                             f"{str(e).splitlines()[0]}") from None
         for (name, shape), t in zip(part, torch.split(flat, [shape.numel() for _, shape in part])):
             received[name] = t.view(shape)
@@ -270,7 +271,8 @@ class RemoteSamplers:
         spec = [(name, tuple(t.shape), t.dtype) for name, t in named_tensors]
         for rank in self.ranks:
             self.mailbox.send(rank, ("weights", version, spec))
-        broadcast_weights(self.layout.weight_group, named_tensors, device=self.layout.device)
+        peers = f"sampler rank{'s' if len(self.ranks) > 1 else ''} {', '.join(map(str, self.ranks))}"
+        broadcast_weights(self.layout.weight_group, named_tensors, device=self.layout.device, peers=peers)
         self.version = version
 
     def stop(self):

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import data
+import distributed
 import fit_curve
 import loss as L
 from data import DataError, INTERRUPT_PHRASE, Prompt
@@ -1399,6 +1400,22 @@ def test_loss_and_gradient_of_a_fixed_batch_match_in_one_two_and_three_processes
             assert (r["grads"][key] - g).abs().max() < 1e-5, (name, key)
 
 
+def test_a_weight_broadcast_that_a_peer_misses_fails_within_the_timeout_naming_the_peer():
+    import datetime
+    import threading
+    import torch.distributed as dist
+    store, groups = dist.HashStore(), {}
+    def join(rank):
+        groups[rank] = dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=1))
+    threads = [threading.Thread(target=join, args=(rank,)) for rank in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    with pytest.raises(distributed.RankError, match=r"^the weight broadcast with sampler rank 1 failed .*Timed out"):
+        distributed.broadcast_weights(groups[0], [("w", torch.ones(3))], peers="sampler rank 1")
+    with pytest.raises(distributed.RankError, match=r"^the weight broadcast with the master \(rank 0\) failed"):
+        distributed.broadcast_weights(groups[1], spec=[("w", (3,), torch.float32)])
+
+
 @pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGSTOP"])
 def test_a_dead_or_silent_sampler_fails_the_job_naming_the_rank(tiny_model_dir, tmp_path, signal_name):
     import signal
@@ -1424,9 +1441,10 @@ def test_a_dead_or_silent_sampler_fails_the_job_naming_the_rank(tiny_model_dir, 
     killed, output = time.time(), []
     try:
         if signal_name == "SIGSTOP":  # alive but silent: the master's deadline names it
-            for line in process.stdout:
+            for line in process.stdout:  # silent between messages, or in the middle of a weight broadcast
                 output.append(line)
-                if "train.py: rank 0: sampler rank 1 sent nothing for 5 s (rank_timeout)" in line:
+                if ("train.py: rank 0: sampler rank 1 sent nothing for 5 s (rank_timeout)" in line or
+                        "train.py: rank 0: the weight broadcast with sampler rank 1 failed" in line):
                     break
             assert time.time() - killed < 30, "".join(output[-50:])
             os.kill(sampler_pid, signal.SIGKILL)  # spare torchrun its grace period for a stopped process
