@@ -82,7 +82,11 @@ def master_first(layout, build):
         result = build()
         layout.store.set("scalerl/master_first", result)
         return result
-    return layout.store.get("scalerl/master_first").decode()  # waits, up to rank_timeout
+    try:
+        return layout.store.get("scalerl/master_first").decode()  # waits, up to rank_timeout
+    except dist.DistStoreError:
+        raise RankError("the master (rank 0) did not finish preparing the model within "
+                        "rank_timeout (building the tiny model takes about a minute; or rank 0 died)") from None
 
 
 def finish(layout):

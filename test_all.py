@@ -1251,6 +1251,19 @@ def test_ppo_off_policy_takes_k_steps_per_generation_round(tiny_model_dir, tmp_p
     assert all(r["inflight_update_frac"] == 0 for r in rows)
 
 
+def test_seed_changes_the_sampling_but_not_the_task_or_the_base_model(tiny_model_dir, tmp_path):
+    cache = os.path.dirname(tiny_model_dir)
+    built = sorted(os.listdir(cache))
+    rows = {}
+    for seed in (0, 1):
+        result = run_train(tmp_path / f"seed{seed}", f"--seed={seed}", "--max_steps=1", "--eval_interval=1000")
+        assert result.returncode == 0, result.stderr[-3000:]
+        rows[seed] = read_train_log(tmp_path / f"seed{seed}")
+    assert sorted(os.listdir(cache)) == built  # --seed=1 reused the base model (data_seed), built nothing
+    first = {seed: (r[1]["train_reward"], r[1]["completion_tokens"], r[1]["loss"]) for seed, r in rows.items()}
+    assert first[0] != first[1]  # ... and sampled other completions
+
+
 def test_resume_after_a_hard_kill_continues_the_log_and_the_curriculum(tiny_model_dir, tmp_path):
     import signal
     import time
@@ -1398,6 +1411,19 @@ def test_loss_and_gradient_of_a_fixed_batch_match_in_one_two_and_three_processes
         assert abs(r["grad_norm"] - reference["grad_norm"]) < 1e-5 * max(1.0, reference["grad_norm"]), name
         for key, g in reference["grads"].items():
             assert (r["grads"][key] - g).abs().max() < 1e-5, (name, key)
+
+
+def test_a_rank_waiting_on_the_master_to_build_the_model_fails_with_a_rank_error_not_a_store_error():
+    import datetime
+    import types
+    import torch.distributed as dist
+    store = dist.HashStore()
+    store.set_timeout(datetime.timedelta(seconds=0.5))
+    follower = types.SimpleNamespace(world=2, master=False, rank=1, store=store)
+    with pytest.raises(distributed.RankError, match=r"^the master \(rank 0\) did not finish preparing the model"):
+        distributed.master_first(follower, build=None)
+    store.set("scalerl/master_first", "/models/tiny")
+    assert distributed.master_first(follower, build=None) == "/models/tiny"
 
 
 def test_a_weight_broadcast_that_a_peer_misses_fails_within_the_timeout_naming_the_peer():

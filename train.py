@@ -53,7 +53,9 @@ prompt_field = ""              # JSONL field of the problem; '' = "prompt" or "p
 answer_field = "answer"        # JSONL field of the reference answer
 n_train = 4000                 # built-in task: training prompts
 n_val = 200                    # held-out validation prompts (paper: 1,000)
-seed = 0
+seed = 0                       # the RL run: sampling and curriculum order (vary it for seed-to-seed spread)
+data_seed = 0                  # the built-in task, its tiny base model and the held-out split: keep it
+                               # fixed across seeds so runs start from the same R0 on the same prompts
 # hardware
 device = "cpu"                 # 'cpu' | 'cuda'
 dtype = "float32"              # 'float32' | 'bfloat16' (bf16 is ~300x slower than fp32 on CPUs)
@@ -399,14 +401,14 @@ if __name__ == "__main__":
         from transformers import AutoTokenizer, GenerationConfig
 
         # data and tokenizer; the built-in tiny model is built once, by the master
-        base_path = model_path or distributed.master_first(layout, lambda: data.build_tiny_model(seed=seed))
+        base_path = model_path or distributed.master_first(layout, lambda: data.build_tiny_model(seed=data_seed))
         load_path = checkpoint_dir() if init_from == "resume" else base_path
         state = torch.load(os.path.join(load_path, "state.pt"), weights_only=False) if init_from == "resume" else None
         step = state["step"] if state else 0
         tokenizer = AutoTokenizer.from_pretrained(load_path)
         try:
             prompts, val_prompts, reward_fn = data.load_task(data_path, tokenizer, n_train=n_train, n_val=n_val,
-                                                              seed=seed, prompt_field=prompt_field or None,
+                                                              seed=data_seed, prompt_field=prompt_field or None,
                                                               answer_field=answer_field)
         except data.DataError as e:
             fail(str(e))
@@ -571,8 +573,9 @@ if __name__ == "__main__":
             last = step + 1 >= max_steps or out_of_prompts or 0 < max_minutes * 60 < time.time() - t_start
             save = (step + 1) % ckpt_interval == 0
             if dp:  # every rank brings its share; the batch and the decision to stop are common
-                shares = distributed.gather_objects((batch, last))
-                batch, last = [g for b, _ in shares for g in b], any(l for _, l in shares)
+                shares = distributed.gather_objects((batch, last, out_of_prompts))
+                batch = [g for b, _, _ in shares for g in b]
+                last, out_of_prompts = any(s[1] for s in shares), any(s[2] for s in shares)
             elif n_trainers > 1:
                 distributed.broadcast_object((batch, step, save or last))
             stats = train_step(batch, step)
@@ -592,7 +595,8 @@ if __name__ == "__main__":
             if save or last:
                 save_checkpoint(step, [index for index, _ in started.values()])
             if out_of_prompts and master:
-                print("every training prompt is retired by No-Positive-Resampling: stopping")
+                print(f"every training prompt{' of a data-parallel share' if dp else ''} is retired by "
+                      "No-Positive-Resampling: stopping")
             segment_start = time.time()  # validation and checkpoints are not training compute
             if last:
                 break
