@@ -25,6 +25,7 @@ import os
 import pickle
 import time
 from collections import defaultdict, namedtuple
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -34,6 +35,15 @@ Layout = namedtuple("Layout", "rank world trainers samplers is_sampler master st
 
 class RankError(RuntimeError):
     """A peer rank died or stopped answering: the message names it."""
+
+
+@contextmanager
+def naming_peers(what):
+    """Collective failures (gloo and NCCL timeouts, lost peers: RuntimeErrors) -> a RankError saying `what`."""
+    try:
+        yield
+    except RuntimeError as e:
+        raise RankError(f"{what}: {str(e).splitlines()[0]}") from None
 
 
 def setup(n_samplers, timeout_s, device_type):
@@ -122,20 +132,21 @@ def sync_grads(model, n_trainers):
 def clip_grad_norm(model, max_norm):
     """torch's clip_grad_norm_ for a model whose layers are FSDP2 shards (DTensor) and the rest whole:
     the shards' squares are summed over the trainers, the whole gradients counted once."""
-    sharded, whole = torch.zeros(()), torch.zeros(())
     grads = [p.grad for p in model.parameters() if p.grad is not None]
-    for g in grads:
-        if hasattr(g, "full_tensor"):
-            sharded = sharded + g.to_local().float().pow(2).sum().cpu()
-        else:
-            whole = whole + g.float().pow(2).sum().cpu()
-    if any(hasattr(g, "full_tensor") for g in grads):
-        sharded = sharded.to(grads[0].device)
-        dist.all_reduce(sharded)
-    total = (sharded.cpu() + whole).sqrt()
+    if not grads:
+        return torch.zeros(())
+    sharded = [g.to_local() for g in grads if hasattr(g, "full_tensor")]
+    whole = [g for g in grads if not hasattr(g, "full_tensor")]
+    squares = lambda gs: torch.stack([g.float().pow(2).sum() for g in gs]).sum() if gs else 0.0  # on the device
+    total = squares(whole)
+    if sharded:
+        shard_squares = squares(sharded)
+        dist.all_reduce(shard_squares)
+        total = total + shard_squares
+    total = torch.as_tensor(total).sqrt()
     scale = (max_norm / (total + 1e-6)).clamp(max=1.0)
     for g in grads:
-        g.mul_(scale.to(g.device))
+        g.mul_(scale)
     return total
 
 
@@ -154,20 +165,16 @@ def all_reduce_sums(sums, maxima=None):
 def broadcast_object(obj):
     """The master's object to every trainer (the others pass None) -> it."""
     box = [obj]
-    try:
+    with naming_peers("no word from the master (rank 0) or a trainer rank"):
         dist.broadcast_object_list(box, src=0)
-    except RuntimeError as e:  # gloo and NCCL failures (timeouts, lost peers) are RuntimeErrors
-        raise RankError(f"no word from the master (rank 0) or a trainer rank: {str(e).splitlines()[0]}") from None
     return box[0]
 
 
 def gather_objects(obj):
     """Every trainer's object -> the list of them, on every trainer."""
     out = [None] * dist.get_world_size()
-    try:
+    with naming_peers("a trainer rank died or stopped answering"):
         dist.all_gather_object(out, obj)
-    except RuntimeError as e:  # gloo and NCCL failures (timeouts, lost peers) are RuntimeErrors
-        raise RankError(f"a trainer rank died or stopped answering: {str(e).splitlines()[0]}") from None
     return out
 
 # -----------------------------------------------------------------------------
@@ -219,11 +226,8 @@ def broadcast_weights(group, named_tensors=None, spec=None, device="cpu", peers=
             flat = torch.empty(sum(shape.numel() for _, shape in part), dtype=dtype, device=device)
         options = dist.BroadcastOptions()
         options.rootRank = 0
-        try:
+        with naming_peers(f"the weight broadcast with {peers} failed (dead or silent past rank_timeout?)"):
             group.broadcast([flat], options).wait()
-        except RuntimeError as e:  # gloo and NCCL failures (timeouts, lost peers) are RuntimeErrors
-            raise RankError(f"the weight broadcast with {peers} failed (dead or silent past rank_timeout?): "
-                            f"{str(e).splitlines()[0]}") from None
         for (name, shape), t in zip(part, torch.split(flat, [shape.numel() for _, shape in part])):
             received[name] = t.view(shape)
     return [(name, received[name]) for name, _, _ in spec]

@@ -40,10 +40,16 @@ def lm_head_logits(model, hidden, temperature=1.0, fp32_head=True):
     return logits / temperature  # the temperature sits right before the log-softmax
 
 
-def _chunk_logprobs(model, hidden, targets, temperature, fp32_head):
-    """(n, H), (n,) -> (n,) log p(target): the target logit minus the logsumexp, never a (n, V) log-softmax."""
+def _chunk_logprobs(model, hidden, targets, temperature, fp32_head, with_entropy):
+    """(n, H), (n,) -> (n,) log p(target): the target logit minus the logsumexp, never a (n, V)
+    log-softmax; with_entropy, also the (n,) entropy lse - sum(p * logit), from the same logits."""
     logits = lm_head_logits(model, hidden, temperature, fp32_head)  # (n, V) fp32
-    return logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    lse = torch.logsumexp(logits, dim=-1)
+    logprobs = logits.gather(-1, targets[:, None]).squeeze(-1) - lse
+    if not with_entropy:
+        return logprobs
+    with torch.no_grad():
+        return logprobs, lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
 
 
 def token_logprobs(model, input_ids, temperature=1.0, fp32_head=True, attention_mask=None,
@@ -64,14 +70,13 @@ def token_logprobs(model, input_ids, temperature=1.0, fp32_head=True, attention_
     for start in range(0, hidden.shape[0], chunk_tokens):
         h, y = hidden[start:start + chunk_tokens], targets[start:start + chunk_tokens]
         if torch.is_grad_enabled() and h.requires_grad:  # recompute the (n, V) logits in backward
-            logprobs.append(checkpoint(_chunk_logprobs, model, h, y, temperature, fp32_head,
-                                       use_reentrant=False))
+            out = checkpoint(_chunk_logprobs, model, h, y, temperature, fp32_head, with_entropy, use_reentrant=False)
         else:
-            logprobs.append(_chunk_logprobs(model, h, y, temperature, fp32_head))
+            out = _chunk_logprobs(model, h, y, temperature, fp32_head, with_entropy)
         if with_entropy:
-            with torch.no_grad():
-                logp = torch.log_softmax(lm_head_logits(model, h, temperature, fp32_head), dim=-1)
-                entropies.append(-(logp.exp() * logp).sum(-1))
+            out, entropy = out
+            entropies.append(entropy)
+        logprobs.append(out)
     logprobs = torch.cat(logprobs).view(B, T - 1)
     return (logprobs, torch.cat(entropies).view(B, T - 1)) if with_entropy else logprobs
 

@@ -38,6 +38,7 @@ The forced phrase carries NaN behaviour log-probs (ours): it has no behaviour pr
 makes any unmasked use loud; loss.py masks it out. Benchmark: python sample.py --bench
 """
 
+import functools
 import inspect
 import math
 import os
@@ -147,12 +148,16 @@ class Sampler:
 # -----------------------------------------------------------------------------
 # plain torch: batched decoding with a KV cache, on the transformers model itself
 
+@functools.cache
+def _cache_kwarg(model_class):
+    """transformers 5.24 renamed the forward kwarg past_key_values -> cache; 5.19 knows only the old one."""
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
 def forward_with_cache(model, input_ids, cache, attention_mask=None, position_ids=None):
-    """(B, t) ids on top of `cache` (extended in place) -> (B, t, H) final hidden states.
-    transformers 5.24 renamed the forward kwarg past_key_values -> cache; 5.19 knows only the old one."""
-    name = "cache" if "cache" in inspect.signature(model.base_model.forward).parameters else "past_key_values"
+    """(B, t) ids on top of `cache` (extended in place) -> (B, t, H) final hidden states."""
     return model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                            use_cache=True, **{name: cache}).last_hidden_state
+                            use_cache=True, **{_cache_kwarg(type(model.base_model)): cache}).last_hidden_state
 
 
 class TorchSampler(Sampler):

@@ -101,7 +101,6 @@ eval_samples = 8               # samples per held-out prompt (paper: 16, "mean@1
 ckpt_interval = 50             # steps between checkpoints; one is also written at the end
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items() if not k.startswith("_") and type(v) in (bool, int, float, str)]
-INTERRUPT_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
 
 
 def fail(message):
@@ -365,7 +364,7 @@ def make_sampler(path, policy):
     knobs = dict(temperature=temperature, fp32_head=fp32_head, max_seqs=sampler_slots,
                  seed=seed + 1000 * layout.rank + step, eos_ids=eos_ids,
                  think_end_ids=tokenizer.encode("</think>", add_special_tokens=False),
-                 interrupt_ids=tokenizer.encode(INTERRUPT_PHRASE, add_special_tokens=False),
+                 interrupt_ids=tokenizer.encode(data.INTERRUPT_PHRASE, add_special_tokens=False),
                  think_budget=(think_budget_min, think_budget_max) if length_control == "interrupt" else None,
                  answer_budget=answer_budget, max_new_tokens=think_budget_max + answer_budget)
     if sampler == "torch":
