@@ -15,11 +15,11 @@ inside the training step (trained_tokens / step_time), the sampler's generated t
 whole wall time, and the trainer's idle fraction, from the runs' log.jsonl.
 """
 
-import json
 import os
-import subprocess
 import sys
 import tempfile
+
+from layouts import run  # the same run-and-read-the-log as the layouts benchmark
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -38,19 +38,6 @@ def make_small_model(path, tiny_dir):
     return sum(p.numel() for p in model.parameters())
 
 
-def run(out_dir, args):
-    subprocess.run([sys.executable, "train.py", f"--out_dir={out_dir}", *args], cwd=REPO, check=True,
-                   stdout=subprocess.DEVNULL)
-    rows = [json.loads(line) for line in open(os.path.join(out_dir, "log.jsonl"))]
-    world, rows = rows[0]["world"], rows[1:]
-    steps = [r for r in rows if r["step"] > 1]  # step 1 includes the first admission of prompts
-    wall = (steps[-1]["gpu_hours"] - rows[1]["gpu_hours"]) * 3600 / world  # training wall time
-    busy = sum(r["step_time"] for r in steps)
-    trained = sum(r["trained_tokens"] for r in steps)
-    generated = steps[-1]["tokens"] - rows[1]["tokens"]
-    return wall / len(steps), trained / busy, generated / wall, 1 - busy / wall, rows[-1].get("val_reward")
-
-
 if __name__ == "__main__":
     import data
     args = ["--device=cuda", "--max_steps=30", "--eval_interval=1000", "--n_val=64", "--eval_samples=4",
@@ -58,12 +45,13 @@ if __name__ == "__main__":
     tiny_dir = data.build_tiny_model()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        results.append(("tiny (0.67M, fp32)", run(os.path.join(tmp, "tiny"), args + sys.argv[1:])))
+        results.append(("tiny (0.67M, fp32)", run(os.path.join(tmp, "tiny"), [sys.executable], args + sys.argv[1:])))
         n = make_small_model(os.path.join(tmp, "small_model"), tiny_dir)
         small = args + [f"--model_path={os.path.join(tmp, 'small_model')}", "--dtype=bfloat16",
                         "--zero_var_filter=False"] + sys.argv[1:]
-        results.append((f"small ({n / 1e6:.0f}M, bf16, random)", run(os.path.join(tmp, "small"), small)))
+        results.append((f"small ({n / 1e6:.0f}M, bf16, random)", run(os.path.join(tmp, "small"), [sys.executable], small)))
     print(f"{'model':28s} {'s / step':>9s} {'trainer tok/s':>14s} {'sampler tok/s':>14s} {'trainer idle':>13s}"
           f" {'final val':>10s}")
-    for name, (per_step, train_tps, sample_tps, idle, val) in results:
-        print(f"{name:28s} {per_step:9.3f} {train_tps:14.0f} {sample_tps:14.0f} {idle:13.1%} {val:10.3f}")
+    for name, r in results:
+        print(f"{name:28s} {r['per_step']:9.3f} {r['trainer_tps']:14.0f} {r['sampler_tps']:14.0f} {r['idle']:13.1%}"
+              f" {r['val']:10.3f}")
