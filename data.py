@@ -1,9 +1,10 @@
 """
-Tasks for RL: the built-in reasoning task with its tokenizer and tiny base model, JSONL math
-datasets scored by math-verify, rewards, the held-out split, and No-Positive-Resampling.
+Tasks for RL: the built-in reasoning task with its tokenizer and tiny base model, JSONL math and
+code datasets (math scored by math-verify, code by running it against its tests in sandbox.py),
+several datasets in one run, rewards, the held-out split, and No-Positive-Resampling.
 
     python data.py                      # build (or reuse) the tiny base model, measure its pass rate
-    python data.py --data=FILE.jsonl    # check a JSONL math dataset: its size, or its first error
+    python data.py --data=FILE.jsonl    # check a JSONL dataset: its size, or its first error
 
 The built-in task: running sums (ours; the paper trains on Polaris-53K math)
 -----------------------------------------------------------------------------
@@ -38,16 +39,39 @@ Measured (seed 0, 2 CPU cores): 666k parameters, built in ~45 s; validation at t
 pass@1 0.26, pass@8 0.86. A plain on-policy CISPO loop (32 prompts x 8, AdamW lr 1e-4) took
 it to 0.82 in 30 steps (~20 s) and 0.93 in 150; lr 3e-5 gives a slower curve (0.82 in 100 steps).
 
+JSONL datasets, one problem per line (data/example_math.jsonl, data/example_code.jsonl):
+  - math: {"prompt" | "problem": ..., "answer": ...}, the answer checked by math-verify;
+  - code, stdin/stdout: {"prompt": ..., "tests": [{"input": "1 2\\n", "output": "3"}, ...]};
+  - code, call style: {"prompt": ..., "fn_name": "solve", "tests": [{"input": [args...], "output": value}]};
+  - code, asserts: {"prompt": ..., "test": "assert solve(1, 2) == 3\\nassert ..."}.
+A row is math when it has the answer field, code when it has "tests" or "test" (never both); a
+"domain" field names its domain (default: the file's stem), other fields ("solution") are ignored.
+The program is the last ```python (or bare ```) block of the final answer; sandbox.py says how each
+style is judged. The tiny model cannot write Python: in the CPU demonstration (config/math_code_cpu.py)
+the code domain stays at reward -1, and its groups are dropped by the zero-variance filter.
+What every completion is scored on: the text after its last </think>; all of it when no thinking was
+opened (models that do not think); nothing (-1) when thinking was opened, by the prompt (some chat
+templates end in <think>) or by the completion, and never closed: unfinished reasoning earns nothing.
+
+Several datasets: data_path="builtin,data/example_code.jsonl", or with weights
+"math.jsonl:2,code.jsonl:1". Every prompt keeps its domain ("builtin", the file stem or the row's
+field), which validation reports as val_reward_<domain>. n_val and n_train count per domain (ours):
+each domain holds out n_val prompts and trains on at most n_train, so each domain's curve has the
+same precision. Without weights the datasets are pooled (each epoch one shuffled pass over all
+prompts); with weights, the Curriculum draws domains in proportion to them (see Curriculum).
+
 Interruption (the sampler implements it; ScaleRL sec. 3.3): a completion that holds L tokens and
 no </think> gets INTERRUPT_PHRASE appended, L drawn per completion uniformly from the integers of
 TINY_THINK_BUDGET; after </think> (written or forced) at most TINY_ANSWER_BUDGET tokens follow.
 """
 
+import ast
 import hashlib
 import json
 import math
 import os
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -55,11 +79,12 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 import torch
 
+import sandbox
 from loss import token_logprobs
 
 INTERRUPT_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
@@ -88,8 +113,12 @@ class Prompt:
     id: str               # "builtin:17" (draw number), or "file.jsonl:12" (file name and line)
     text: str             # the problem as written (before any chat template)
     input_ids: list       # what the sampler feeds the model: chat template applied when there is one
-    answer: str           # the reference answer
+    answer: str           # the reference answer ("" for code)
     difficulty: int = 0   # built-in task: number of terms; datasets: 0
+    domain: str = ""      # "builtin", the file's stem, or the row's "domain" field: val_reward_<domain>
+    code: dict = None     # code problems: their tests, as sandbox.passes() keywords (tests, fn_name | test)
+    weight: float = None  # the domain's weight from data_path ("file.jsonl:2"); None: datasets pooled
+    opens_thinking: bool = False  # the prompt as fed to the model ends inside <think> (some chat templates)
 
 # -----------------------------------------------------------------------------
 # the built-in task: problems, the noisy teacher, the checker
@@ -127,15 +156,26 @@ def final_answer(completion_text):
     return answer.removesuffix("<eos>").strip()  # in case the caller decoded the special tokens
 
 
+def scored_text(prompt, completion_text):
+    """What a math or code completion is scored on: its final answer; all of it when no thinking
+    was opened (models that do not think); None when thinking was opened, by the prompt or the
+    completion, and never closed (an answer inside unfinished reasoning earns nothing)."""
+    answer = final_answer(completion_text)
+    if answer is not None:
+        return answer
+    return None if prompt.opens_thinking or THINK_START in completion_text else completion_text
+
+
 def builtin_reward(prompt, completion_text):
     """+1 if the answer after </think> is exactly the reference, else -1 (ScaleRL's rewards)."""
     return 1.0 if final_answer(completion_text) == prompt.answer else -1.0
 
 # -----------------------------------------------------------------------------
-# real datasets: JSONL math problems, scored by math-verify
+# real datasets: JSONL math problems scored by math-verify, code problems run in the sandbox
 
 def read_jsonl(path, prompt_field=None, answer_field="answer"):
-    """-> list of (line number, problem, answer). prompt_field None: "prompt", else "problem"."""
+    """-> list of dict(line, text, answer, code, domain), one per problem. prompt_field None: "prompt",
+    else "problem". A row is math when it has answer_field, code when it has "tests" or "test"."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: no such file")
     rows = []
@@ -149,18 +189,59 @@ def read_jsonl(path, prompt_field=None, answer_field="answer"):
                 raise DataError(f"{path}:{lineno}: malformed JSON ({e.msg}, column {e.colno})") from None
             if not isinstance(row, dict):
                 raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            where, has = f"{path}:{lineno}", f"(has: {', '.join(row) or 'none'})"
             field = prompt_field or ("prompt" if "prompt" in row else "problem")
-            wanted = repr(field) if prompt_field else "'prompt' or 'problem'"
-            for name, shown in ((field, wanted), (answer_field, repr(answer_field))):
+            is_code = answer_field not in row and ("tests" in row or "test" in row)
+            wanted = [(field, repr(field) if prompt_field else "'prompt' or 'problem'")]
+            if not is_code:
+                wanted.append((answer_field, repr(answer_field) if answer_field in row else
+                               f"{answer_field!r} (math) or 'tests' / 'test' (code)"))
+            for name, shown in wanted:
                 value = row.get(name)
                 if value is None or (isinstance(value, str) and not value.strip()):
-                    raise DataError(f"{path}:{lineno}: missing field {shown} (has: {', '.join(row) or 'none'})")
+                    raise DataError(f"{where}: missing field {shown} {has}")
             if not isinstance(row[field], str):
-                raise DataError(f"{path}:{lineno}: field {field!r} must be a string")
-            rows.append((lineno, row[field], str(row[answer_field]).strip()))
+                raise DataError(f"{where}: field {field!r} must be a string")
+            if answer_field in row and ("tests" in row or "test" in row):
+                raise DataError(f"{where}: both {answer_field!r} (math) and {'tests' if 'tests' in row else 'test'!r} (code); keep one")
+            domain = row.get("domain", os.path.splitext(os.path.basename(path))[0])
+            if "domain" in row and not (isinstance(domain, str) and re.fullmatch(r"[\w.-]+", domain)):
+                raise DataError(f"{where}: field 'domain' must be a name of letters, digits, '_', '.' or '-'")
+            if domain == "builtin":
+                raise DataError(f"{where}: the domain 'builtin' is the built-in task's; rename the file or set a 'domain' field")
+            rows.append(dict(line=lineno, text=row[field], answer="" if is_code else str(row[answer_field]).strip(),
+                             code=code_tests(row, where) if is_code else None, domain=domain))
     if not rows:
         raise DataError(f"{path}: empty file, no rows")
     return rows
+
+
+def code_tests(row, where):
+    """A code row's tests as sandbox.passes() keywords, or a DataError naming the field."""
+    if "test" in row:  # assert style
+        test = row["test"]
+        if "tests" in row or "fn_name" in row:
+            raise DataError(f"{where}: field 'test' (asserts) cannot go with 'tests' or 'fn_name'")
+        if not isinstance(test, str) or not test.strip():
+            raise DataError(f"{where}: field 'test' must be a non-empty string of Python asserts")
+        try:
+            ast.parse(test)
+        except SyntaxError as e:
+            raise DataError(f"{where}: field 'test' is not valid Python ({e.msg}, line {e.lineno})") from None
+        return dict(test=test)
+    tests, fn_name = row["tests"], row.get("fn_name")
+    if fn_name is not None and not (isinstance(fn_name, str) and fn_name.isidentifier()):
+        raise DataError(f"{where}: field 'fn_name' must be a Python identifier, got {fn_name!r}")
+    if not isinstance(tests, list) or not tests:
+        raise DataError(f"{where}: field 'tests' must be a non-empty list of {{\"input\": ..., \"output\": ...}}")
+    for i, t in enumerate(tests):
+        if not isinstance(t, dict) or "input" not in t or "output" not in t:
+            raise DataError(f"{where}: field 'tests[{i}]' must be an object with 'input' and 'output'")
+        if fn_name is None and not (isinstance(t["input"], str) and isinstance(t["output"], str)):
+            raise DataError(f"{where}: field 'tests[{i}]': stdin/stdout tests take strings (arguments need 'fn_name')")
+        if fn_name is not None and not isinstance(t["input"], list):
+            raise DataError(f"{where}: field 'tests[{i}].input' must be the list of arguments of {fn_name}()")
+    return dict(tests=tests, fn_name=fn_name) if fn_name else dict(tests=tests)
 
 
 @lru_cache(maxsize=100_000)
@@ -171,17 +252,57 @@ def _parse_gold(answer, timeout):
 
 def math_reward(prompt, completion_text):
     """+1 if math-verify finds the reference answer in the completion's final answer, else -1.
-    The thinking is stripped first (a completion with no </think> is scored whole: models that do
-    not think); math-verify extracts \\boxed{...} or the last expression and compares symbolically,
-    so \\frac{1}{2} == 0.5. Its timeouts use SIGALRM, which only works on the main thread."""
+    The thinking is stripped first (scored_text); math-verify extracts \\boxed{...} or the last
+    expression and compares symbolically, so \\frac{1}{2} == 0.5. Its timeouts use SIGALRM, which
+    only works on the main thread."""
     from math_verify import parse, verify
     timeout = 5 if threading.current_thread() is threading.main_thread() else None
-    answer = final_answer(completion_text)
-    predicted = parse(completion_text if answer is None else answer, parsing_timeout=timeout)
+    answer = scored_text(prompt, completion_text)
+    if answer is None:
+        return -1.0
+    predicted = parse(answer, parsing_timeout=timeout)
     try:
         return 1.0 if verify(_parse_gold(prompt.answer, timeout), predicted, timeout_seconds=timeout) else -1.0
     except Exception:  # math-verify raises on some exotic inputs: count them as wrong
         return -1.0
+
+
+FENCE = re.compile(r"^```[ \t]*([\w+-]*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def extract_program(prompt, completion_text):
+    """The program of a code completion: the last ```python (```py, ```python3 or bare ```) block
+    of its final answer, fences on their own lines; None when there is none."""
+    answer = scored_text(prompt, completion_text)
+    blocks = [body for lang, body in FENCE.findall(answer or "") if lang.lower() in ("", "python", "py", "python3")]
+    return blocks[-1] if blocks else None
+
+
+def code_reward(prompt, completion_text):
+    """+1 if the completion's program passes every test of the prompt in the sandbox, else -1."""
+    program = extract_program(prompt, completion_text)
+    return 1.0 if program is not None and sandbox.passes(program, **prompt.code) else -1.0
+
+
+def reward(prompt, completion_text):
+    """+1.0 | -1.0 for a prompt of any domain: its tests, the built-in checker, or math-verify."""
+    score = code_reward if prompt.code else builtin_reward if prompt.domain == "builtin" else math_reward
+    return score(prompt, completion_text)
+
+
+def score_batch(score, pairs):
+    """[(prompt, completion_text), ...] -> [+1.0 | -1.0, ...]: a whole step at once. The code
+    completions run in the sandbox's pool in parallel; the others are scored by `score` here, on the
+    calling thread (math-verify's timeouts need the main thread)."""
+    programs = [extract_program(p, text) if p.code else None for p, text in pairs]
+    passed = sandbox.score_many([dict(program=program, **p.code) for (p, _), program in zip(pairs, programs)
+                                 if program is not None])  # started: they run while the rest is scored here
+    rewards = [None if program is not None else -1.0 if p.code else score(p, text) for (p, text), program in zip(pairs, programs)]
+    return [(1.0 if next(passed) else -1.0) if r is None else r for r in rewards]
+
+
+for _score in (builtin_reward, math_reward, code_reward, reward):
+    _score.batch = partial(score_batch, _score)  # reward_fn.batch(pairs): what train.py calls once a step
 
 # -----------------------------------------------------------------------------
 # load a task: prompts, held-out split, reward
@@ -203,40 +324,98 @@ def encode_prompt(tokenizer, text):
     return tokenizer.encode(text, add_special_tokens=True)
 
 
+def parse_data_path(data_path):
+    """"builtin,math.jsonl:2,code.jsonl:1" -> [("builtin", None), ("math.jsonl", 2.0), ("code.jsonl", 1.0)]:
+    comma-separated datasets, each with an optional weight after the last ':' (see Curriculum)."""
+    sources = []
+    for entry in map(str.strip, data_path.split(",")):
+        path, _, weight = entry.rpartition(":")
+        try:
+            weight = float(weight)
+        except ValueError:  # no weight (or a ':' inside the path)
+            path, weight = entry, None
+        if not path:
+            raise DataError(f"data_path={data_path!r}: an empty entry")
+        if weight is not None and not (math.isfinite(weight) and weight > 0):
+            raise DataError(f"data_path={data_path!r}: the weight of {path} must be a positive number")
+        sources.append((path, weight))
+    if len({weight is None for _, weight in sources}) > 1:
+        raise DataError(f"data_path={data_path!r}: give every dataset a weight, or none")
+    if len({path for path, _ in sources}) < len(sources):
+        raise DataError(f"data_path={data_path!r}: a dataset appears twice")
+    return sources
+
+
 def load_task(data, tokenizer, n_train, n_val, seed=0, prompt_field=None, answer_field="answer"):
-    """-> (train_prompts, val_prompts, reward_fn); reward_fn(prompt, completion_text) -> +1.0 | -1.0.
+    """-> (train_prompts, val_prompts, reward_fn); reward_fn(prompt, completion_text) -> +1.0 | -1.0,
+    and reward_fn.batch([(prompt, completion_text), ...]) -> [+1.0 | -1.0, ...] scores a whole step
+    (the code in parallel in the sandbox's pool).
 
     data: "builtin" (n_train i.i.d. problems, and n_val distinct held-out ones that never appear
-    in training) or a JSONL path (a seeded shuffle: n_val held out, then at most n_train of the
-    rest; n_train None takes all). tokenizer: a tokenizer, or the path of a directory holding one."""
+    in training), a JSONL path (a seeded shuffle: n_val held out, then at most n_train of the
+    rest; n_train None takes all), or several of them, comma-separated, with optional weights
+    ("builtin:3,data/example_code.jsonl:1"). n_train and n_val count per domain, and each dataset
+    is split as if it were alone. tokenizer: a tokenizer, or the path of a directory holding one."""
     if isinstance(tokenizer, str):
         tokenizer = load_tokenizer(tokenizer)
+    train, val, domain_weights, kinds = [], [], {}, set()
+    for path, weight in parse_data_path(data):
+        if path == "builtin":
+            more_train, more_val = builtin_split(tokenizer, n_train, n_val, seed)
+            kinds.add("builtin")
+        else:
+            more_train, more_val = jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_field)
+            kinds |= {"code" if p.code else "math" for p in more_train + more_val}
+        for p in more_train + more_val:
+            p.weight = weight
+            if domain_weights.setdefault(p.domain, weight) != weight:
+                raise DataError(f"data_path={data!r}: domain {p.domain!r} gets two weights ({domain_weights[p.domain]} and {weight})")
+        train, val = train + more_train, val + more_val
+    if "code" in kinds and sandbox.isolation()["python"] is None:
+        raise DataError(f"data_path={data!r}: code problems, but the sandbox runs no Python: {sandbox.isolation()['error']}")
+    reward_fn = dict(builtin=builtin_reward, math=math_reward, code=code_reward)[kinds.pop()] if len(kinds) == 1 else reward
+    return train, val, reward_fn
+
+
+def builtin_split(tokenizer, n_train, n_val, seed):
+    if n_train is None:
+        raise DataError("the built-in task needs a number of training prompts (n_train)")
     rng = random.Random(seed)
-    if data == "builtin":
-        if n_train is None:
-            raise DataError("the built-in task needs a number of training prompts (n_train)")
-        val, seen, drawn = [], set(), 0
-        while len(val) < n_val:
-            text, answer, terms = make_problem(rng, **TINY_TASK)
-            if text not in seen:
-                seen.add(text)
-                val.append(Prompt(f"builtin:{drawn}", text, encode_prompt(tokenizer, text), answer, len(terms)))
-            drawn += 1
-        train = []
-        while len(train) < n_train:
-            text, answer, terms = make_problem(rng, **TINY_TASK)
-            if text not in seen:
-                train.append(Prompt(f"builtin:{drawn}", text, encode_prompt(tokenizer, text), answer, len(terms)))
-            drawn += 1
-        return train, val, builtin_reward
-    rows = read_jsonl(data, prompt_field, answer_field)
-    if n_val >= len(rows):
-        raise DataError(f"{data}: n_val={n_val} held-out prompts must be fewer than the file's {len(rows)} rows")
-    rng.shuffle(rows)
-    name = os.path.basename(data)
-    prompts = [Prompt(f"{name}:{lineno}", text, encode_prompt(tokenizer, text), answer)
-               for lineno, text, answer in rows[:n_val + (len(rows) if n_train is None else n_train)]]
-    return prompts[n_val:], prompts[:n_val], math_reward
+    val, seen, drawn = [], set(), 0
+    while len(val) < n_val:
+        text, answer, terms = make_problem(rng, **TINY_TASK)
+        if text not in seen:
+            seen.add(text)
+            val.append(Prompt(f"builtin:{drawn}", text, encode_prompt(tokenizer, text), answer, len(terms), "builtin"))
+        drawn += 1
+    train = []
+    while len(train) < n_train:
+        text, answer, terms = make_problem(rng, **TINY_TASK)
+        if text not in seen:
+            train.append(Prompt(f"builtin:{drawn}", text, encode_prompt(tokenizer, text), answer, len(terms), "builtin"))
+        drawn += 1
+    return train, val
+
+
+def jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_field):
+    rows = read_jsonl(path, prompt_field, answer_field)
+    random.Random(seed).shuffle(rows)
+    by_domain = defaultdict(list)  # in the shuffled order
+    for row in rows:
+        by_domain[row["domain"]].append(row)
+    train, val = [], []
+    for domain, rows in by_domain.items():
+        if n_val >= len(rows):
+            raise DataError(f"{path}: n_val={n_val} held-out prompts must be fewer than the file's {len(rows)} rows"
+                            + (f" of domain {domain!r}" if len(by_domain) > 1 else ""))
+        prompts = []
+        for row in rows[:n_val + (len(rows) if n_train is None else n_train)]:
+            input_ids = encode_prompt(tokenizer, row["text"])
+            fed = tokenizer.decode(input_ids)
+            prompts.append(Prompt(f"{os.path.basename(path)}:{row['line']}", row["text"], input_ids, row["answer"],
+                                  domain=domain, code=row["code"], opens_thinking=fed.rfind(THINK_START) > fed.rfind(THINK_END)))
+        train, val = train + prompts[n_val:], val + prompts[:n_val]
+    return train, val
 
 # -----------------------------------------------------------------------------
 # the curriculum: epochs in a seeded order, No-Positive-Resampling
@@ -247,29 +426,59 @@ class Curriculum:
     No-Positive-Resampling (ScaleRL sec. 3.4): a prompt whose latest group of G samples passed at
     a rate >= threshold is retired: it is never handed out again (ours: the latest group decides,
     and retirement is final). npr=False is the ablation: uniform sampling, nothing retired.
-    next() returns None once every prompt is retired: the caller logs it and stops cleanly."""
+    next() returns None once every prompt is retired: the caller logs it and stops cleanly.
 
-    def __init__(self, n_prompts, seed=0, npr=True, threshold=0.9):
+    Several datasets with weights (domains and weights: one entry per prompt, from Prompt.domain
+    and Prompt.weight; ours): each domain is its own stream of seeded epochs, and next() picks the
+    stream by smooth weighted round-robin, so over any window the domains are drawn in proportion
+    to their weights (2:1 -> a a b a a b ..., with no sampling noise), a domain whose prompts are
+    all retired dropping out. Without weights, one stream over every prompt: datasets are pooled."""
+
+    def __init__(self, n_prompts, seed=0, npr=True, threshold=0.9, domains=None, weights=None):
         self.n_prompts, self.seed, self.npr, self.threshold = n_prompts, seed, npr, threshold
-        self.epoch, self.position = 0, 0  # position: how far into this epoch's order we are
         self.pass_rate_history = [[] for _ in range(n_prompts)]
         self.retired = set()
-        self._order = (None, None)  # (epoch, its order), computed once per epoch
+        self.domains, self.weights, stream_of = [None], [1.0], [0] * n_prompts  # one pooled stream
+        if weights is not None and any(w is not None for w in weights):
+            weight_of = {}
+            for domain, weight in zip(domains, weights):
+                if weight is None or not weight > 0 or weight_of.setdefault(domain, weight) != weight:
+                    raise DataError(f"curriculum: domain {domain!r} needs one positive weight, got {weight} "
+                                    f"and {weight_of.get(domain)}")
+            if len(weight_of) > 1:  # a single weighted domain is just the plain curriculum
+                self.domains, self.weights = list(weight_of), list(weight_of.values())
+                stream_of = [self.domains.index(d) for d in domains]
+        self.members = [[i for i, k in enumerate(stream_of) if k == stream] for stream in range(len(self.domains))]
+        self.epochs, self.positions = [0] * len(self.domains), [0] * len(self.domains)  # how far into its epoch each stream is
+        self.credits = [0.0] * len(self.domains)  # the weighted round-robin's
+        self._orders = {}  # stream -> (epoch, its order), computed once per epoch
 
-    def order(self, epoch):
-        """Epoch e's order: a permutation of all prompts seeded by (seed, e), so the state need not store it."""
-        if self._order[0] != epoch:
-            self._order = (epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n_prompts).tolist())
-        return self._order[1]
+    @property
+    def epoch(self):  # the epoch of the stream furthest behind (of the only one, without weights)
+        return min(self.epochs)
+
+    def order(self, epoch, stream=0):
+        """A stream's order in epoch e: a permutation of its prompts seeded by (seed, e), and the
+        stream's number with several, so the state need not store it."""
+        if self._orders.get(stream, (None,))[0] != epoch:
+            key = [self.seed, epoch] + ([stream] if len(self.domains) > 1 else [])
+            members = self.members[stream]
+            self._orders[stream] = (epoch, [members[i] for i in np.random.default_rng(key).permutation(len(members))])
+        return self._orders[stream][1]
 
     def next(self):
         if len(self.retired) == self.n_prompts:
             return None
+        live = [k for k, members in enumerate(self.members) if any(i not in self.retired for i in members)]
+        for k in live:  # smooth weighted round-robin (nginx's): the largest credit goes, and pays the total
+            self.credits[k] += self.weights[k]
+        stream = max(live, key=lambda k: self.credits[k])
+        self.credits[stream] -= sum(self.weights[k] for k in live)
         while True:
-            if self.position == self.n_prompts:
-                self.epoch, self.position = self.epoch + 1, 0
-            index = self.order(self.epoch)[self.position]
-            self.position += 1
+            if self.positions[stream] == len(self.members[stream]):
+                self.epochs[stream], self.positions[stream] = self.epochs[stream] + 1, 0
+            index = self.order(self.epochs[stream], stream)[self.positions[stream]]
+            self.positions[stream] += 1
             if index not in self.retired:  # checked here: a group may finish after the epoch began
                 return index
 
@@ -283,15 +492,22 @@ class Curriculum:
         return len(self.retired)
 
     def state_dict(self):
-        return dict(n_prompts=self.n_prompts, seed=self.seed, npr=self.npr, threshold=self.threshold,
-                    epoch=self.epoch, position=self.position, retired=sorted(self.retired),
-                    pass_rate_history=[list(h) for h in self.pass_rate_history])
+        several = len(self.domains) > 1  # one stream: the format of a single dataset, unchanged
+        state = dict(n_prompts=self.n_prompts, seed=self.seed, npr=self.npr, threshold=self.threshold,
+                     epoch=list(self.epochs) if several else self.epochs[0],
+                     position=list(self.positions) if several else self.positions[0], retired=sorted(self.retired),
+                     pass_rate_history=[list(h) for h in self.pass_rate_history])
+        return dict(state, domains=list(self.domains), credits=list(self.credits)) if several else state
 
     def load_state_dict(self, d):
         if d["n_prompts"] != self.n_prompts:
             raise DataError(f"curriculum state is for {d['n_prompts']} prompts, this run has {self.n_prompts}")
-        self.seed, self.npr, self.threshold, self._order = d["seed"], d["npr"], d["threshold"], (None, None)
-        self.epoch, self.position, self.retired = d["epoch"], d["position"], set(d["retired"])
+        if d.get("domains", [None]) != self.domains:
+            raise DataError(f"curriculum state is for the weighted domains {d.get('domains', 'none (pooled)')}, "
+                            f"this run has {self.domains if len(self.domains) > 1 else 'none (pooled)'}")
+        self.seed, self.npr, self.threshold, self._orders = d["seed"], d["npr"], d["threshold"], {}
+        self.epochs, self.positions = [d[k] if isinstance(d[k], list) else [d[k]] for k in ("epoch", "position")]
+        self.credits, self.retired = list(d.get("credits", [0.0])), set(d["retired"])
         self.pass_rate_history = [list(h) for h in d["pass_rate_history"]]
 
 # -----------------------------------------------------------------------------
