@@ -21,29 +21,43 @@ from torch.utils.checkpoint import checkpoint
 # -----------------------------------------------------------------------------
 # log-probs with an fp32 LM head
 
-def lm_head_logits(model, hidden, temperature=1.0, fp32_head=True):
+def head_weight(model, fp32_head=True):
+    """The LM head's weight as lm_head_logits takes it: upcast to fp32 once (per decode step or micro-batch,
+    not per chunk) where the matmul runs in IEEE fp32 (CPUs); as stored where a bf16 matmul accumulates in
+    fp32 (GPUs), and in the ablation."""
+    weight = model.get_output_embeddings().weight
+    return weight.float() if fp32_head and not weight.is_cuda else weight
+
+
+def lm_head_logits(model, hidden, temperature=1.0, fp32_head=True, weight=None):
     """(..., H) final hidden states -> (..., V) fp32 logits already divided by the temperature.
 
-    FP32 head (ScaleRL sec. 3.3, "FP32 precision for LM head"): upcast the hidden states and the
-    head weight before the matmul, on the generator and the trainer alike; this removed most of
-    the generator/trainer mismatch in the paper (A 0.52 -> 0.61). fp32_head=False is the
-    leave-one-out ablation: the matmul runs in the model's dtype, like an inference engine without
-    the fix, and only the softmax is fp32. Works with tied embeddings (the head weight *is* the
-    embedding matrix then)."""
+    FP32 head (ScaleRL sec. 3.3, "FP32 precision for LM head"): fp32 logits on the generator and the
+    trainer alike; this removed most of the generator/trainer mismatch in the paper (A 0.52 -> 0.61).
+    On CPUs both operands are upcast and the matmul is IEEE fp32. On GPUs the operands stay in the
+    model's dtype and the matmul accumulates and returns fp32 (torch.mm(..., out_dtype=float32)): what
+    vLLM's head_dtype=float32 computes, on tensor cores; a product of two bf16 numbers is exact in fp32,
+    so only the summation order differs from the CPU route. fp32_head=False is the leave-one-out
+    ablation: logits in the model's dtype, only the softmax in fp32. Works with tied embeddings (the
+    head weight *is* the embedding matrix then). weight: head_weight(model, fp32_head), if already cast."""
     head = model.get_output_embeddings()
-    weight, bias = head.weight, getattr(head, "bias", None)
-    if fp32_head:
-        with torch.autocast(hidden.device.type, enabled=False):  # an enclosing autocast would undo the upcast
-            logits = F.linear(hidden.float(), weight.float(), None if bias is None else bias.float())
-    else:
-        logits = F.linear(hidden.to(weight.dtype), weight, bias).float()
+    weight = head_weight(model, fp32_head) if weight is None else weight
+    bias = getattr(head, "bias", None)
+    with torch.autocast(hidden.device.type, enabled=False):  # an enclosing autocast would undo the upcast
+        if not fp32_head:
+            logits = F.linear(hidden.to(weight.dtype), weight, bias).float()
+        elif weight.dtype == torch.float32:
+            logits = F.linear(hidden.float(), weight, None if bias is None else bias.float())
+        else:  # GPU: bf16 operands, fp32 accumulation and output
+            flat = torch.mm(hidden.reshape(-1, hidden.shape[-1]).to(weight.dtype), weight.t(), out_dtype=torch.float32)
+            logits = flat.view(*hidden.shape[:-1], -1) + (0.0 if bias is None else bias.float())
     return logits / temperature  # the temperature sits right before the log-softmax
 
 
-def _chunk_logprobs(model, hidden, targets, temperature, fp32_head, with_entropy):
+def _chunk_logprobs(model, weight, hidden, targets, temperature, fp32_head, with_entropy):
     """(n, H), (n,) -> (n,) log p(target): the target logit minus the logsumexp, never a (n, V)
     log-softmax; with_entropy, also the (n,) entropy lse - sum(p * logit), from the same logits."""
-    logits = lm_head_logits(model, hidden, temperature, fp32_head)  # (n, V) fp32
+    logits = lm_head_logits(model, hidden, temperature, fp32_head, weight)  # (n, V) fp32
     lse = torch.logsumexp(logits, dim=-1)
     logprobs = logits.gather(-1, targets[:, None]).squeeze(-1) - lse
     if not with_entropy:
@@ -59,26 +73,44 @@ def token_logprobs(model, input_ids, temperature=1.0, fp32_head=True, attention_
     The head and the log-softmax run over chunks of positions, each under activation
     checkpointing, so neither the forward nor the saved-for-backward state ever holds a full
     (B, T, V) fp32 tensor (V = 152k for Qwen; 14k-token completions). with_entropy also returns
-    the policy's entropy at each position (B, T-1), computed without grad (a diagnostic)."""
-    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    the policy's entropy at each position (B, T-1), computed without grad (a diagnostic). The decoder
+    layers are checkpointed too when the model has gradient checkpointing enabled (train.py's
+    checkpoint_activations)."""
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
     B, T, H = hidden.shape
     hidden = hidden[:, :-1].reshape(-1, H)  # (B*(T-1), H): the positions that predict a next token
     targets = input_ids[:, 1:].reshape(-1)  # (B*(T-1),)
-    V = model.get_output_embeddings().weight.shape[0]
-    chunk_tokens = chunk_tokens or max(1, (1 << 26) // V)  # ~256 MB of fp32 logits per chunk (ours)
+    weight = head_weight(model, fp32_head)  # cast once for every chunk (and its recompute)
+    chunk_tokens = chunk_tokens or max(1, (1 << 26) // weight.shape[0])  # ~256 MB of fp32 logits per chunk (ours)
     logprobs, entropies = [], []
     for start in range(0, hidden.shape[0], chunk_tokens):
         h, y = hidden[start:start + chunk_tokens], targets[start:start + chunk_tokens]
+        args = (model, weight, h, y, temperature, fp32_head, with_entropy)
         if torch.is_grad_enabled() and h.requires_grad:  # recompute the (n, V) logits in backward
-            out = checkpoint(_chunk_logprobs, model, h, y, temperature, fp32_head, with_entropy, use_reentrant=False)
+            out = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
         else:
-            out = _chunk_logprobs(model, h, y, temperature, fp32_head, with_entropy)
+            out = _chunk_logprobs(*args)
         if with_entropy:
             out, entropy = out
             entropies.append(entropy)
         logprobs.append(out)
     logprobs = torch.cat(logprobs).view(B, T - 1)
     return (logprobs, torch.cat(entropies).view(B, T - 1)) if with_entropy else logprobs
+
+
+class TokenLogprobs(torch.nn.Module):
+    """token_logprobs as the forward of a module that holds the causal LM. The trainer calls this, so that
+    under FSDP2 it can be the root: fully_shard's hooks run on a module's forward, and this forward is
+    the one that uses the embeddings, the final norm and the head (the layers are shard units of their own)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, temperature=1.0, fp32_head=True, with_entropy=False):
+        out = token_logprobs(self.model, input_ids, temperature, fp32_head, with_entropy=with_entropy)
+        # not views (FSDP2 warns of in-place ops on a root's view outputs): (B, T-1) floats, a small copy
+        return tuple(x.clone() for x in out) if with_entropy else out.clone()
 
 # -----------------------------------------------------------------------------
 # advantages

@@ -71,6 +71,8 @@ class Group:
     prompt_id: object
     prompt_ids: list
     completions: list
+    index: int = None     # train.py: the training prompt it samples (data.py's list index)
+    rewards: list = None  # train.py: one per completion, once scored
 
 @dataclass
 class _Seq:  # one running completion
@@ -320,8 +322,15 @@ class _VLLMEngine:
         # in place, names in checkpoint (HF) format; running requests keep their KV blocks (stale KV).
         # No reset_prefix_cache(): it refuses while any request holds blocks (always, here); the
         # per-version cache_salt keeps new requests off old blocks instead.
-        weights = [(name, t.detach()) for name, t in named_tensors]  # GPU: tensors on the engine's device
+        # an iterator: each (bucket of) tensor(s) is loaded as it arrives (distributed.receive_buckets)
+        weights = ((name, t.detach()) for name, t in named_tensors)  # GPU: tensors on the engine's device
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+
+    def kv_capacity(self):
+        """-> (tokens the KV cache holds, how many max_model_len sequences fit), as the engine sized it
+        (vllm/v1/core/kv_cache_utils.py update_kv_cache_capacity); the scheduler preempts beyond it."""
+        cache = self.llm.llm_engine.vllm_config.cache_config
+        return cache.kv_cache_size_tokens, cache.kv_cache_max_concurrency
 
 # end of the vLLM 0.32 block
 # -----------------------------------------------------------------------------
