@@ -243,13 +243,15 @@ def bootstrap(x, y, fit, n_resamples=200, seed=0):
 def rank_runs(names, curves, fits, margin=A_MARGIN):
     """The paper's comparison rule -> [dict(run, index, A, common_A, B_at_common_A)], best first.
 
-    A is known to +-0.02, so a higher A wins only by at least that margin. Runs sorted by A are
-    grouped while within the margin of their group's top; a group is refitted with its average A
-    fixed and ranked by B: at a common asymptote the steeper curve gets there with less compute."""
+    A is known to +-0.02, so a higher A wins only by more than that margin. Runs sorted by A are
+    grouped while within the margin of their group's top, boundary included (the paper compares runs
+    "within +-0.02" by B; A lies on a 0.005 grid, so 0.610 against 0.590 is such a pair); a group is
+    refitted with its average A fixed and ranked by B: at a common asymptote the steeper curve gets
+    there with less compute."""
     order = sorted(range(len(fits)), key=lambda i: -fits[i].A)
     groups = []
     for i in order:
-        if groups and fits[groups[-1][0]].A - fits[i].A < margin - 1e-9:
+        if groups and fits[groups[-1][0]].A - fits[i].A <= margin + 1e-9:
             groups[-1].append(i)
         else:
             groups.append([i])
@@ -336,7 +338,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description="Fit the ScaleRL sigmoid R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to logs.")
     parser.add_argument("logs", nargs="+", metavar="LOG", help="train.py's log.jsonl, or a .csv with a header row")
     parser.add_argument("--x", default="gpu_hours", help="compute column: gpu_hours (default), flops, step, ...")
-    parser.add_argument("--y", default="val_reward", help="reward column (default val_reward)")
+    parser.add_argument("--y", default="val_reward", help="reward column (default val_reward; val_reward_<domain> "
+                        "fits one domain of a run on several datasets, e.g. --y=val_reward_example_code)")
     parser.add_argument("--min_x", type=float, help="drop points below this compute; default: skip the first "
                         f"{MIN_X_FRACTION * 100:.0f}%% of the fitted compute range, the early transient (paper: ~1.5k of 16k GPU-h)")
     parser.add_argument("--fit_until", type=float, help="fit only x <= this; report the error of the prediction "
