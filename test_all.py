@@ -1,16 +1,26 @@
-"""The test suite, CPU only: `python -m pytest test_all.py`.
+"""The test suite, CPU only: `python -m pytest test_all.py` (the inner loop: `-m "not slow"`, under a minute).
 
-Sections follow the files: loss.py, data.py, sample.py, fit_curve.py, train.py. Numbers in the
-loss tests are worked out by hand in the comments beside them."""
+Fixtures and helpers first, then one section per file in the order a reader meets them: loss.py,
+data.py and sandbox.py, sample.py, fit_curve.py, train.py (its config, the scheduler, the training
+step, whole runs), distributed.py (messages, buckets, placement, then whole multi-process runs). Tests
+that run train.py or torchrun end to end are marked `slow`. Numbers in the loss tests are worked out
+by hand in the comments beside them. At the bottom, the harnesses that torchrun runs this file as:
+one layout of train.py each (`python -m torch.distributed.run ... test_all.py fixed_batch ...`)."""
 
 import copy
+import gc
 import hashlib
 import json
 import math
 import os
 import random
+import re
+import secrets
+import socket
 import subprocess
 import sys
+import time
+from collections import deque
 
 import numpy as np
 import pytest
@@ -20,11 +30,16 @@ import data
 import distributed
 import fit_curve
 import loss as L
+import memory
+import sandbox
 from data import DataError, INTERRUPT_PHRASE, Prompt
 
 # Tiny models gain nothing from threads, and on a shared 2-core machine two OpenMP threads ran the
 # sampler tests ~50x slower whenever another process held a core (measured): one thread.
 torch.set_num_threads(1)
+
+REPO = os.path.dirname(os.path.abspath(__file__))
+EXAMPLE = os.path.join(REPO, "data", "example_math.jsonl")
 
 
 def require_vllm():
@@ -37,7 +52,11 @@ def require_vllm():
 
 
 # =============================================================================
+# fixtures and helpers
+
+# -----------------------------------------------------------------------------
 # loss.py
+
 
 def tiny_causal_lm(tie, dtype=torch.float32, seed=0, vocab=50):
     from transformers import AutoModelForCausalLM, Qwen2Config
@@ -46,6 +65,547 @@ def tiny_causal_lm(tie, dtype=torch.float32, seed=0, vocab=50):
                       num_attention_heads=2, num_key_value_heads=1, head_dim=32,
                       tie_word_embeddings=tie, max_position_embeddings=128)
     return AutoModelForCausalLM.from_config(cfg).to(dtype)
+
+
+# rows 0, 1 belong to prompt 7 (3 and 1 tokens); rows 2, 3 to prompt 9 (1 token each)
+AGG_MASK = torch.tensor([[1., 1, 1], [1, 0, 0], [1, 0, 0], [0, 1, 0]])
+
+AGG_PROMPTS = torch.tensor([7, 7, 9, 9])
+
+
+def _loss_inputs(p_trainer, p_behaviour, advantages, mask=None):
+    logprobs = torch.tensor(p_trainer).log().requires_grad_()
+    behaviour = torch.tensor(p_behaviour).log()
+    mask = torch.ones_like(behaviour) if mask is None else torch.tensor(mask)
+    return logprobs, behaviour, torch.tensor(advantages), mask
+
+
+# -----------------------------------------------------------------------------
+# data.py and sandbox.py
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir():
+    return data.build_tiny_model()  # cached under .cache/ after the first build (~40 s on 2 cores)
+
+
+def builtin_prompt(answer="8"):
+    return Prompt("builtin:0", "a3b0c2d1e2", [], answer, 5)
+
+
+def hand_out_epoch(curriculum):
+    indices = [curriculum.next() for _ in range(curriculum.n_prompts - curriculum.retired_count)]
+    assert None not in indices
+    return indices
+
+
+EXAMPLE_CODE = os.path.join(REPO, "data", "example_code.jsonl")
+
+DEADLINE = 2.0
+
+ADD_TESTS = [dict(input="1 2\n", output="3"), dict(input="-5 5\n", output="0")]
+
+ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
+
+
+def sandbox_processes():
+    """Processes left over by sandboxes: any of a sandbox uid, or any child of this process."""
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            uid = os.stat(f"/proc/{pid}").st_uid
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if sandbox.FIRST_UID <= uid < sandbox.FIRST_UID + 10_000 or ppid == os.getpid():
+            left.append(pid)
+    return left
+
+
+def fails_in_time(program, **tests):
+    started = time.monotonic()
+    passed = sandbox.passes(program, **(tests or dict(tests=ADD_TESTS)), timeout=DEADLINE)
+    elapsed = time.monotonic() - started
+    assert not passed and elapsed < DEADLINE + 1.5, elapsed
+    assert sandbox_processes() == []
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return data.build_tokenizer()
+
+HUNT = """
+import gc, sys, types
+def strings():  # every string the program can reach: frames up the stack, gc containers, code constants
+    frame, seen = sys._getframe(), []
+    while frame:
+        seen += frame.f_locals.values()
+        frame = frame.f_back
+    seen += [v for o in gc.get_objects() if isinstance(o, (dict, list, tuple)) for v in (o.values() if isinstance(o, dict) else o)]
+    for value in seen:
+        yield from value.co_consts if isinstance(value, types.CodeType) else [value]
+found = [s for s in strings() if isinstance(s, str) and s.startswith("expected-") and len(s) > 9]
+def answer():
+    return found[0] if found else "wrong"
+"""
+
+
+def code_prompt(**code):
+    return Prompt("code:1", "add two numbers", [], "", domain="code", code=code or dict(tests=ADD_TESTS))
+
+# -----------------------------------------------------------------------------
+# sample.py
+
+PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen(tmp_path_factory):
+    """A character-level fast tokenizer ('<think>', '</think>' single non-special tokens) and a
+    randomly initialised untied Qwen2, saved to a temporary directory."""
+    from tokenizers import AddedToken, Regex, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    chars = sorted(set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:;!?+-=*/()\n"))
+    vocab = {"<pad>": 0, "<eos>": 1, **{c: i + 2 for i, c in enumerate(chars)}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # one token per char
+    backend.add_special_tokens([AddedToken("<pad>", special=True), AddedToken("<eos>", special=True)])
+    backend.add_tokens([AddedToken("<think>", special=False, normalized=False),
+                        AddedToken("</think>", special=False, normalized=False)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<eos>", pad_token="<pad>")
+    path = str(tmp_path_factory.mktemp("tiny_qwen"))
+    tok.save_pretrained(path)
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=512,
+                         tie_word_embeddings=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    think_end = tok.convert_tokens_to_ids("</think>")
+    assert tok.encode("</think>") == [think_end] and tok.encode(PHRASE)[-1] == think_end
+    return dict(path=path, tok=tok, eos=tok.eos_token_id, think_end=think_end, phrase=tok.encode(PHRASE),
+                prompts=[tok.encode(p) for p in ["12+3=<think>", "7*8=<think>", "x", "(1+2)*3-4=<think>"]])
+
+
+def load_tiny_qwen(tiny_qwen):
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(tiny_qwen["path"], dtype=torch.float32).eval()
+
+
+def perturbed_copy(model, scale=0.1, seed=1):
+    """A copy whose every weight moved by scale * its std: a visibly different policy."""
+    new = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(scale * p.std() * torch.randn(p.shape, generator=g).to(p.device))
+    return new
+
+
+def sampler_knobs(tiny_qwen, **overrides):
+    return {**dict(temperature=0.8, fp32_head=True, max_seqs=5, seed=0, eos_ids=[tiny_qwen["eos"]],
+                   think_end_ids=[tiny_qwen["think_end"]], interrupt_ids=tiny_qwen["phrase"], think_budget=(3, 10),
+                   answer_budget=6), **overrides}
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(tiny_qwen):
+    """One vLLM engine for the whole session (a start costs seconds); each test drives it with a
+    fresh VLLMSampler."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    require_vllm()
+    from sample import VLLMSampler
+    engine_kwargs = dict(dtype="float32", max_model_len=256, kv_cache_memory_bytes=1 << 30)  # 1 GiB of KV
+    sampler = VLLMSampler(tiny_qwen["path"], engine_kwargs=engine_kwargs, **sampler_knobs(tiny_qwen, max_seqs=8))
+    return sampler.engine
+
+
+def make_sampler(engine, tiny_qwen, vllm_engine_or_none=None, **overrides):
+    from sample import TorchSampler, VLLMSampler
+    if engine == "torch":
+        return TorchSampler(load_tiny_qwen(tiny_qwen), **sampler_knobs(tiny_qwen, **overrides))
+    return VLLMSampler(None, engine=vllm_engine_or_none, **sampler_knobs(tiny_qwen, **overrides))
+
+
+@pytest.fixture(params=["torch", pytest.param("vllm", marks=pytest.mark.slow)])
+def sampler_engine(request):
+    return request.param
+
+
+@pytest.fixture
+def sampler_factory(sampler_engine, tiny_qwen, request):
+    engine = request.getfixturevalue("vllm_engine") if sampler_engine == "vllm" else None
+    return lambda **overrides: make_sampler(sampler_engine, tiny_qwen, engine, **overrides)
+
+
+def sample_until_done(sampler, max_steps=2000):
+    """Step until every added group came back; returns the groups."""
+    groups = []
+    for _ in range(max_steps):
+        if not sampler.num_unfinished:
+            break
+        sampler.step()
+        groups += sampler.pop_finished()
+    assert sampler.num_unfinished == 0, "generation did not finish"
+    assert sampler.pop_finished() == []
+    return groups
+
+
+def trainer_completion_logprobs(model, prompt_ids, token_ids, temperature):
+    """loss.token_logprobs of the completion tokens: the trainer's side of the comparison."""
+    from loss import token_logprobs
+    ids = torch.tensor([prompt_ids + token_ids], device=model.device)
+    with torch.no_grad():
+        return token_logprobs(model, ids, temperature, fp32_head=True)[0, len(prompt_ids) - 1:].cpu()
+
+
+def max_policy_gap(model, groups, temperature):
+    gaps = []
+    for g in groups:
+        for c in g.completions:
+            ref = trainer_completion_logprobs(model, g.prompt_ids, c.token_ids, temperature)
+            got = torch.tensor(c.logprobs)
+            mask = torch.tensor(c.policy_mask, dtype=torch.bool)
+            assert torch.isnan(got[~mask]).all() and not torch.isnan(got[mask]).any()
+            gaps.append((got - ref)[mask].abs().max().item())
+    return max(gaps)
+
+
+def check_length_control(c, tiny_qwen, think_budget, answer_budget):
+    """The interruption contract, read off one finished completion."""
+    phrase, n = tiny_qwen["phrase"], len(c.token_ids)
+    assert len(c.logprobs) == len(c.versions) == len(c.policy_mask) == n
+    assert c.finish_reason in ("eos", "truncated")
+    assert (c.token_ids[-1] == tiny_qwen["eos"]) == (c.finish_reason == "eos")
+    forced = [i for i, m in enumerate(c.policy_mask) if not m]
+    if c.interrupted:  # the phrase sits inside the budget range, masked, and nothing before it ends thinking
+        start = forced[0]
+        assert think_budget[0] <= start <= think_budget[1]
+        assert forced == list(range(start, start + len(phrase))) and c.token_ids[start:start + len(phrase)] == phrase
+        assert tiny_qwen["think_end"] not in c.token_ids[:start]
+        answer_start = start + len(phrase)
+    else:
+        assert forced == []
+        ends = [i for i, t in enumerate(c.token_ids) if t == tiny_qwen["think_end"]]
+        if not ends:  # ended (eos) while thinking, before the budget
+            assert c.finish_reason == "eos" and n <= think_budget[1]
+            return
+        answer_start = ends[0] + 1
+        assert answer_start <= think_budget[1]
+    answer = n - answer_start
+    assert answer <= answer_budget and (c.finish_reason == "truncated") == (answer == answer_budget and
+                                                                         c.token_ids[-1] != tiny_qwen["eos"])
+
+
+def stale_cache_logprobs(old, new, ids, n_old, temperature):
+    """Log-probs of ids[n_old + 1:] when the KV of ids[:n_old] was computed by `old` and everything
+    after by `new`: what a sequence sees when the weights change mid-way (PipelineRL, stale KV)."""
+    from transformers import DynamicCache
+    from loss import lm_head_logits
+    from sample import forward_with_cache
+    ids = torch.tensor([ids], device=old.device)
+    cache = DynamicCache()
+    with torch.no_grad():
+        forward_with_cache(old, ids[:, :n_old], cache)
+        positions = torch.arange(n_old, ids.shape[1], device=ids.device)[None]
+        hidden = forward_with_cache(new, ids[:, n_old:], cache, position_ids=positions)
+        logits = lm_head_logits(new, hidden[0, :-1], temperature)
+    return (logits.gather(1, ids[0, n_old + 1:, None])[:, 0] - torch.logsumexp(logits, -1)).cpu()
+
+
+def check_update_mid_sequence(sampler, old, new, prompts, steps_before, total, tol, update=None):
+    """Generate, apply `update` (default: push new's tensors) after steps_before steps, finish, and
+    check every token against the policy and the KV cache that made it."""
+    for i, prompt in enumerate(prompts):
+        sampler.add(i, prompt, 2)
+    for _ in range(steps_before):
+        sampler.step()
+    completions = {id(c): c for s in (sampler.rows if hasattr(sampler, "rows") else sampler.requests.values())
+                   for c in [s.completion]}
+    before = {k: list(c.token_ids) for k, c in completions.items()}
+    (update or (lambda: sampler.update_weights(list(new.named_parameters()), version=1)))()
+    groups = sample_until_done(sampler)
+    for g in groups:
+        for c in g.completions:
+            m = len(before[id(c)])  # tokens sampled before the update (one per step: none restarted)
+            assert m == steps_before and c.token_ids[:m] == before[id(c)] and len(c.token_ids) == total
+            assert c.versions == [0] * m + [1] * (total - m)
+            old_lp = trainer_completion_logprobs(old, g.prompt_ids, c.token_ids, 0.8)
+            got = torch.tensor(c.logprobs)
+            assert (got[:m] - old_lp[:m]).abs().max() < tol  # earlier tokens keep their old log-probs
+            ref = stale_cache_logprobs(old, new, g.prompt_ids + c.token_ids, len(g.prompt_ids) + m - 1, 0.8)
+            assert (got[m:] - ref).abs().max() < tol  # new weights on top of the old KV cache
+            fresh = trainer_completion_logprobs(new, g.prompt_ids, c.token_ids, 0.8)[m:]
+            assert (got[m:] - fresh).abs().max() > 1e-3  # the stale cache really is old (the test bites)
+
+
+# -----------------------------------------------------------------------------
+# fit_curve.py
+
+# The paper's Table 1: (run, C_mid in GPU-hours, B, A).
+PAPER_TABLE1 = [
+    ("scalerl_8b", 2542, 1.92, 0.610), ("scalerl_32k_generation", 11272, 1.89, 0.645),
+    ("8gen_per_prompt", 2542, 2.44, 0.585), ("24gen_per_prompt", 3054, 2.22, 0.590),
+    ("32gen_per_prompt", 2936, 2.07, 0.595), ("scout_moe", 4242, 1.65, 0.710),
+    ("batch_512", 2818, 1.77, 0.605), ("batch_2048", 10909, 1.70, 0.645),
+    ("math_curve", 2896, 2.05, 0.595), ("code_curve", 1675, 1.09, 0.615),
+]
+
+
+def fit_curve_synthetic(R0, A, B, C_mid, c_max, n=101, noise=0.005, seed=0):
+    """A validation curve evaluated at n evenly spaced compute points from 0 (step 0) to c_max."""
+    rng = np.random.default_rng(seed)
+    x = np.linspace(0, c_max, n)
+    y = np.full(n, R0)
+    y[1:] = fit_curve.sigmoid(x[1:], R0, A, B, C_mid)
+    return x, y + rng.normal(0, noise, n)
+
+
+def fit_curve_write_log(path, x, y, steps_per_eval=5, bad_line=None):
+    """A train.py-like log.jsonl: a config line, then every step; only evaluation steps have val_reward."""
+    lines = [json.dumps({"config": {"lr": 3e-4}})]
+    for i in range(len(x)):
+        for sub in range(steps_per_eval if i + 1 < len(x) else 1):
+            step = i * steps_per_eval + sub
+            gpu_hours = x[i] + (x[i + 1] - x[i]) * sub / steps_per_eval if sub else x[i]
+            row = dict(step=step, gpu_hours=float(gpu_hours), flops=float(gpu_hours) * 1e15, loss=0.1, train_reward=0.2)
+            if sub == 0:
+                row["val_reward"] = float(y[i])
+            lines.append(json.dumps(row))
+    if bad_line is not None:
+        lines[bad_line[0]] = bad_line[1]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def fit_curve_cli(*args):
+    return subprocess.run([sys.executable, fit_curve.__file__, *map(str, args)], capture_output=True, text=True, timeout=60)
+
+
+def assert_recovered(fit, A, B, C_mid):
+    assert abs(fit.A - A) <= 0.01, (fit, A)
+    assert abs(fit.B / B - 1) <= 0.10, (fit, B)
+    assert abs(fit.C_mid / C_mid - 1) <= 0.15, (fit, C_mid)
+
+
+# -----------------------------------------------------------------------------
+# train.py: runs, configs, a policy in this process, the scheduler's fake samplers
+
+import train  # noqa: E402  (importing runs only the config block and the function definitions)
+
+TRAIN_FAST = ["--n_train=2000", "--n_val=40", "--eval_samples=4", "--prompts_per_step=16", "--samples_per_prompt=8",
+              "--micro_batch=64", "--sampler_slots=128", "--lr=1e-4", "--warmup_steps=5"]
+LOG_KEYS = ("step gpu_hours flops tokens train_reward loss entropy lr grad_norm effective_prompts truncation_rate "
+            "interruption_rate policy_lag_mean policy_lag_max is_ratio_mean is_ratio_max is_truncated_frac "
+            "logprob_mismatch time").split()
+ONE_PROCESS = distributed.Layout(0, 1, "single", 1, 0, 0, torch.device("cpu"), None, None, None, None)
+
+
+def run_train(out_dir, *args, timeout=300):
+    return subprocess.run([sys.executable, "train.py", f"--out_dir={out_dir}", *TRAIN_FAST, *map(str, args)],
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def torchrun(nproc, out_dir, *args, timeout=300, **popen):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "train.py",
+           f"--out_dir={out_dir}", *TRAIN_FAST, "--rank_timeout=60", *map(str, args)]
+    if popen:
+        return subprocess.Popen(cmd, cwd=REPO, text=True, **popen)
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def torchrun_harness(nproc, *args, timeout=300, env=None):
+    """test_all.py itself under torchrun: one of the harnesses at the bottom of this file."""
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+                           os.path.join(REPO, "test_all.py"), *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def read_train_log(out_dir):
+    with open(os.path.join(out_dir, "log.jsonl")) as f:
+        lines = [json.loads(line) for line in f]
+    assert "config" in lines[0]
+    return lines[1:]
+
+
+@pytest.fixture
+def train_config(monkeypatch):
+    """train.py's config constants, restored after the test (configure() writes them)."""
+    for key in train.config_keys:
+        monkeypatch.setattr(train, key, getattr(train, key))
+    return train
+
+
+def config_error(train_module, capsys, *args):
+    saved = {k: getattr(train_module, k) for k in train_module.config_keys}
+    with pytest.raises(SystemExit) as info:
+        train_module.configure(list(args))
+        train_module.check_config()
+    for k, v in saved.items():  # each bad config on its own
+        setattr(train_module, k, v)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.startswith("train.py: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def fixed_batch(vocab, seed=0, n_prompts=6, group_size=4):
+    """Scored groups of random prompts and completions (behaviour log-probs, a few forced tokens, +-1 rewards)."""
+    from sample import Completion, Group
+    rng = random.Random(seed)
+    groups = []
+    for p in range(n_prompts):
+        prompt = [rng.randrange(3, vocab) for _ in range(rng.randint(3, 8))]
+        completions = []
+        for _ in range(group_size):
+            n = rng.randint(2, 12)
+            ids = [rng.randrange(3, vocab) for _ in range(n)]
+            completions.append(Completion(ids, [-rng.uniform(0.1, 3.0) for _ in ids], [0] * n,
+                                          [rng.random() > 0.1 for _ in ids], "eos"))
+        groups.append(Group(p, prompt, completions, index=p, rewards=[rng.choice([-1.0, 1.0]) for _ in completions]))
+    return groups
+
+
+class Recorder:
+    """In place of AdamW: keeps the full gradients (a gather under FSDP2: every trainer calls step())."""
+
+    def __init__(self, model):
+        self.model, self.param_groups, self.grads = model, [{}], None
+
+    def step(self):
+        self.grads = {n: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).clone()
+                      for n, p in self.model.named_parameters()}
+
+    def zero_grad(self, set_to_none=True):
+        self.model.zero_grad(set_to_none=True)
+
+
+def recorded_step(model_dir, groups, layout=ONE_PROCESS):
+    """train.train_step on `groups` with the config as it stands, AdamW replaced by a Recorder -> (stats, grads)."""
+    policy = train.load_policy(model_dir, layout, None)
+    policy = policy._replace(optimizer=Recorder(policy.model))
+    stats = train.train_step(policy, groups, 0, 0)
+    return stats, policy.optimizer.grads
+
+
+class FakeSamplers:
+    """The samplers, for the scheduler's tests: n samplers of `slots` sequences each, least-loaded hand-out,
+    FIFO queues; a group takes length(ticket) engine steps, one token a step for each of its completions,
+    stamped with the samplers' version at that step. step() returns the tokens it generated."""
+
+    def __init__(self, n, slots, length):
+        self.n, self.slots, self.length, self.version = n, slots, length, 0
+        self.queues, self.running, self.finished, self.num_unfinished = [deque() for _ in range(n)], \
+            [[] for _ in range(n)], [], 0
+
+    def add(self, prompt_id, prompt_ids, n):
+        from sample import Completion, Group
+        s = min(range(self.n), key=lambda i: len(self.queues[i]) + len(self.running[i]))
+        steps = self.length(prompt_id) if not isinstance(prompt_id, tuple) else 3
+        self.queues[s].append([Group(prompt_id, list(prompt_ids), [Completion() for _ in range(n)]), steps])
+        self.num_unfinished += 1
+
+    def step(self):
+        tokens = 0
+        for queue, running in zip(self.queues, self.running):
+            while queue and len(running) < self.slots:
+                running.append(queue.popleft())
+            for item in running:
+                for c in item[0].completions:
+                    c.token_ids.append(3)
+                    c.versions.append(self.version)
+                    c.policy_mask.append(True)
+                    tokens += 1
+                item[1] -= 1
+            self.finished += [item[0] for item in running if item[1] == 0]
+            running[:] = [item for item in running if item[1] > 0]
+        return tokens
+
+    def pop_finished(self):
+        done, self.finished = self.finished, []
+        self.num_unfinished -= len(done)
+        return done
+
+
+def run_schedule(mode, k, P, n_samplers=1, slots=16, steps=30, seed=0, stragglers=0.1, long=40,
+                 train_steps=(20, 50), resume_at=None):
+    """Drive train.Rollouts as train.py's loop does, with sampling that goes on while each step trains
+    -> (max token lag of each step, trained prompt indices, prompt indices the curriculum handed out)."""
+    rng = random.Random(seed)
+    lengths = {}  # ticket -> engine steps: 1-30, stragglers 30-40 times `long`
+    length = lambda t: lengths.setdefault(t, rng.randint(30, 40) * long if rng.random() < stragglers else rng.randint(1, 30))
+    prompts = [Prompt(f"p{i}", "", [1, 2, 3], "0") for i in range(5000)]
+    handed = []
+
+    def curriculum_from(state=None):
+        c = data.Curriculum(len(prompts), seed=seed, npr=False)
+        if state:
+            c.load_state_dict(state)
+        draw = c.next
+        c.next = lambda: handed.append(draw()) or handed[-1]
+        return c
+    curriculum = curriculum_from()
+    rollouts = train.Rollouts(curriculum, prompts, 2, P, k, mode)
+    samplers = FakeSamplers(n_samplers, slots, length)
+    version, lags, trained = 0, [], []
+    while version < steps:
+        if version == resume_at:  # a checkpoint, a restart: in-flight groups are lost and handed out again
+            curriculum = curriculum_from(curriculum.state_dict())
+            rollouts = train.Rollouts(curriculum, prompts, 2, P, k, mode, requeue=rollouts.in_flight())
+            samplers, resume_at = FakeSamplers(n_samplers, slots, length), None
+            samplers.version = version
+        rollouts.hand_out(samplers, version, room=10 ** 6)
+        assert len(rollouts.pending) <= (k + 1) * P
+        samplers.step()
+        rollouts.collect(samplers.pop_finished())
+        batch = rollouts.ready_batch(version)
+        if batch is None:
+            continue
+        assert len(batch) == P
+        lags.append(max(version - v for g in batch for c in g.completions for v in c.versions))
+        trained += [g.index for g in batch]
+        for _ in range(rng.randint(*train_steps)):  # sampling goes on while the step trains
+            samplers.step()
+        version += 1
+        samplers.version = version
+    return lags, trained, handed
+
+
+def bf16_tiny_policy(model_dir, train_config):
+    train_config.configure(["--dtype=bfloat16", "--lr=5e-7", "--warmup_steps=0", "--grad_clip=1e9"])
+    return train.load_policy(model_dir, ONE_PROCESS, None)
+
+
+def peak_rss_reset():
+    """Linux: reset this process's peak resident memory (VmHWM) -> a function returning the peak since, in bytes."""
+    open("/proc/self/clear_refs", "w").write("5")
+    read = lambda key: int(re.search(rf"{key}:\s+(\d+)", open("/proc/self/status").read()).group(1)) * 1024
+    return lambda: read("VmHWM")
+
+
+# -----------------------------------------------------------------------------
+# distributed.py
+
+
+def gloo_pair(timeout_s=30):
+    """Two gloo groups of one two-rank world, in this process (threads join them)."""
+    import datetime
+    import threading
+    import torch.distributed as dist
+    store, groups = dist.HashStore(), {}
+    join = lambda rank: groups.__setitem__(rank, dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=timeout_s)))
+    threads = [threading.Thread(target=join, args=(rank,)) for rank in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    return groups
+
+
+class NoHeartbeat:
+    def check(self, peer, who):
+        pass
+
+
+# =============================================================================
+# loss.py
 
 
 @pytest.mark.parametrize("tie", [True, False])
@@ -128,11 +688,6 @@ def test_prompt_and_no_advantage_normalisation():
         L.group_advantages(rewards, "group")
 
 
-# rows 0, 1 belong to prompt 7 (3 and 1 tokens); rows 2, 3 to prompt 9 (1 token each)
-AGG_MASK = torch.tensor([[1., 1, 1], [1, 0, 0], [1, 0, 0], [0, 1, 0]])
-AGG_PROMPTS = torch.tensor([7, 7, 9, 9])
-
-
 def test_prompt_average_weighs_each_prompt_equally_whatever_its_lengths():
     w = L.token_weights(AGG_MASK, AGG_PROMPTS, "prompt")
     # prompt 7: 4 tokens share 1/2 -> 1/8 each; prompt 9: 2 tokens share 1/2 -> 1/4 each
@@ -153,13 +708,6 @@ def test_sample_average_weighs_each_completion_equally():
     assert torch.allclose(w, expected)
     with pytest.raises(ValueError, match="agg"):
         L.token_weights(AGG_MASK, AGG_PROMPTS, "group")
-
-
-def _loss_inputs(p_trainer, p_behaviour, advantages, mask=None):
-    logprobs = torch.tensor(p_trainer).log().requires_grad_()
-    behaviour = torch.tensor(p_behaviour).log()
-    mask = torch.ones_like(behaviour) if mask is None else torch.tensor(mask)
-    return logprobs, behaviour, torch.tensor(advantages), mask
 
 
 def test_cispo_hand_computed_loss_gradient_and_diagnostics():
@@ -266,19 +814,7 @@ def test_unknown_loss_is_rejected():
 
 
 # =============================================================================
-# data.py
-
-REPO = os.path.dirname(os.path.abspath(__file__))
-EXAMPLE = os.path.join(REPO, "data", "example_math.jsonl")
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir():
-    return data.build_tiny_model()  # cached under .cache/ after the first build (~40 s on 2 cores)
-
-
-def builtin_prompt(answer="8"):
-    return Prompt("builtin:0", "a3b0c2d1e2", [], answer, 5)
+# data.py and sandbox.py
 
 
 def test_builtin_checker_scores_right_wrong_and_malformed_answers():
@@ -353,12 +889,6 @@ def test_jsonl_prompts_go_through_the_chat_template_when_the_tokenizer_has_one(t
     assert not tok.chat_template and data.encode_prompt(tok, "1+1?") == tok.encode("1+1?")
     tok.chat_template = "{% for m in messages %}<{{ m['content'] }}>{% endfor %}{% if add_generation_prompt %}A:{% endif %}"
     assert tok.decode(data.encode_prompt(tok, "1+1?")) == "<1+1?>A:"
-
-
-def hand_out_epoch(curriculum):
-    indices = [curriculum.next() for _ in range(curriculum.n_prompts - curriculum.retired_count)]
-    assert None not in indices
-    return indices
 
 
 def test_npr_retires_exactly_the_prompts_at_or_above_the_threshold():
@@ -481,6 +1011,7 @@ def test_tiny_model_build_is_deterministic_atomic_and_cached(tmp_path):
         data.build_tiny_model(str(tmp_path / "d"), step=4)
 
 
+@pytest.mark.slow
 def test_warm_started_model_pass_rate_lies_in_the_intended_band(tiny_model_dir):
     stats = data.measure_pass_rate(tiny_model_dir, n_prompts=200, samples=8, seed=1234)
     assert 0.1 <= stats["pass_at_1"] <= 0.4, stats         # low enough to leave RL room
@@ -489,6 +1020,7 @@ def test_warm_started_model_pass_rate_lies_in_the_intended_band(tiny_model_dir):
     assert stats["by_difficulty"][2] > stats["by_difficulty"][12], stats  # longer chains are harder
 
 
+@pytest.mark.slow
 def test_tiny_model_loads_in_vllm_with_the_same_tokens_and_logprobs(tiny_model_dir):
     require_vllm()
     for key, value in dict(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1").items():
@@ -548,149 +1080,295 @@ def test_bad_inputs_raise_one_line_errors_naming_file_line_and_field(tmp_path, t
     assert result.stderr.startswith(f"error: {tmp_path}/bad.jsonl:2: malformed JSON")
 
 
+# -----------------------------------------------------------------------------
+# sandbox.py, code problems and several datasets
+
+
+def test_isolation_reports_an_unprivileged_user_no_network_and_the_limits():
+    report = sandbox.isolation()
+    assert report["python"] and "(root!)" not in report["user"]
+    assert "namespace" in report["network"] and "connected" not in report["network"]
+    assert report["seccomp"].startswith("filter on") or report["network"].startswith("new network namespace")
+    assert "address space 1024 MiB" in report["limits"] and report["environment"] == "LANG, PATH"
+
+
+@pytest.mark.slow
+def test_correct_programs_pass_in_all_three_styles_and_wrong_ones_fail():
+    assert sandbox.passes(ADD, tests=ADD_TESTS)
+    assert sandbox.passes(ADD, tests=[dict(input="1 2", output="  3\n\n")])  # whitespace-normalised
+    assert not sandbox.passes("print(3)", tests=ADD_TESTS)                    # right once, wrong once
+    assert not sandbox.passes(ADD + "raise SystemExit(1)", tests=ADD_TESTS)  # right output, unclean exit
+    add = "def add(a, b):\n    return a + b\n"
+    assert sandbox.passes(add, fn_name="add", tests=[dict(input=[1, 2], output=3), dict(input=[[1], [2]], output=[1, 2])])
+    assert not sandbox.passes(add, fn_name="add", tests=[dict(input=[1, 2], output=4)])
+    assert sandbox.passes(add, test="assert add(1, 2) == 3\nassert add((1,), (2,)) == (1, 2)")  # compared as JSON
+    assert sandbox.passes(add, test="x = add(2, 2)\nassert x > 3, 'token path'")
+    assert not sandbox.passes(add, test="assert add(1, 2) == 4")
+    assert not sandbox.passes(add, test="assert add(1, 2) > 3")
+    assert not sandbox.passes(ADD, tests=[]) and not sandbox.passes("", test="")  # no tests: never a pass
+
+
+@pytest.mark.slow
+def test_every_example_code_problem_is_solved_by_its_reference_solution_and_not_by_a_wrong_one():
+    rows = [json.loads(line) for line in open(EXAMPLE_CODE)]
+    assert len(rows) >= 30 and {"tests", "test", "fn_name"} <= set().union(*rows)
+    specs = [data.code_tests(row, "example") for row in rows]
+    assert all(list(sandbox.score_many([dict(spec, program=row["solution"]) for row, spec in zip(rows, specs)])))
+    assert not any(list(sandbox.score_many([dict(spec, program="print(0)") for spec in specs])))
+
+
+def test_a_broken_job_is_a_fail_never_an_exception():
+    jobs = [dict(program="print(1)\0", tests=ADD_TESTS), dict(program=ADD, tests=[dict(input=1)]),
+            dict(program=ADD, fn_name="add", tests=[dict(input=1, output=2)]), dict(program="def f(: pass", test="assert f() == 1")]
+    assert list(sandbox.score_many(jobs)) == [False] * 4
+
+
+@pytest.mark.slow
+def test_an_infinite_loop_is_killed_at_the_deadline():
+    fails_in_time("while True:\n    pass")
+    fails_in_time("import time\ntime.sleep(60)", fn_name="f", tests=[dict(input=[], output=1)])
+
+
+@pytest.mark.slow
+def test_a_fork_bomb_is_contained_and_every_process_it_made_dies():
+    fails_in_time("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass")
+    fails_in_time("import os, time\nfor _ in range(5):\n    if os.fork() == 0:\n        os.fork()\n        time.sleep(60)\n"
+                  "print(3)")  # grandchildren still sleeping when the program is done
+    assert sandbox.passes(ADD, tests=ADD_TESTS)  # the worker's uid is usable again
+
+
+def test_a_10_gb_allocation_fails_fast():
+    started = time.monotonic()
+    result = sandbox.run(["-c", "x = bytearray(10 * 1024 ** 3)\nprint(3)"], timeout=DEADLINE)
+    assert result.returncode != 0 and b"MemoryError" in result.stderr and time.monotonic() - started < DEADLINE
+    fails_in_time("x = bytearray(10 * 1024 ** 3)\n" + ADD)
+
+
+def test_writes_into_the_repository_and_home_are_refused_and_tmp_is_private():
+    name = f"sandbox-wrote-{secrets.token_hex(4)}"
+    targets = [os.path.join(REPO, name), os.path.join(os.path.expanduser("~"), name),
+               os.path.join(REPO, "data", "example_code.jsonl"), os.path.join("/tmp", name)]
+    before = open(targets[2]).read()
+    program = ("import os\n"
+               f"for path in {targets!r}:\n"
+               "    try:\n        open(path, 'a').write('pwned')\n        print('wrote', path)\n"
+               "    except OSError as e:\n        print('refused', e.errno)\n"
+               "open('scratch.txt', 'w').write('fine')\nprint(os.path.exists('scratch.txt'))")
+    result = sandbox.run(["-c", program], timeout=DEADLINE)
+    assert result.returncode == 0 and result.stdout.count(b"refused 13") == 3 and result.stdout.endswith(b"True\n")
+    assert not any(os.path.exists(path) for path in targets[:2] + targets[3:]) and open(targets[2]).read() == before
+
+
+def test_the_environment_holds_no_secret_of_the_parent(monkeypatch):
+    secret = secrets.token_hex(16)
+    monkeypatch.setenv("SCALERL_TEST_SECRET", secret)
+    program = "import os\nprint(dict(os.environ))\nprint(open(f'/proc/{os.getppid() or 1}/environ').read())"
+    result = sandbox.run(["-c", program], timeout=DEADLINE)
+    assert secret.encode() not in result.stdout + result.stderr and b"PATH" in result.stdout
+
+
+def test_a_connection_to_a_listening_socket_never_arrives():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(0.3)
+        port = server.getsockname()[1]
+        program = (f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+                   "s.sendall(b'hello')\nprint(3)")
+        result = sandbox.run(["-c", program], timeout=DEADLINE)
+        assert result.returncode != 0 and b"Error" in result.stderr
+        with pytest.raises(socket.timeout):
+            server.accept()
+        fails_in_time(program.replace("print(3)", ADD))
+
+
+def test_the_program_cannot_kill_its_parent_or_its_parents_group():
+    bystander = subprocess.Popen(["sleep", "30"])  # in this process's group
+    try:
+        program = ("import os, signal\n"
+                   f"for kill in (lambda: os.kill({os.getpid()}, 9), lambda: os.killpg({os.getpgid(0)}, 9),\n"
+                   f"             lambda: os.kill({bystander.pid}, 9), lambda: os.kill(os.getppid(), 9),\n"
+                   "             lambda: os.kill(-1, 9)):\n"
+                   "    try:\n        kill()\n        print('killed')\n    except OSError as e:\n        print(e.errno)")
+        result = sandbox.run(["-c", program], timeout=DEADLINE)
+        assert b"killed" not in result.stdout and len(result.stdout.split()) == 5
+        assert bystander.poll() is None  # and this test, being here, is alive
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_100_mb_of_output_is_cut_at_the_cap():
+    started = time.monotonic()
+    result = sandbox.run(["-c", "import sys\nsys.stdout.write('3' * 10 ** 8)"], timeout=DEADLINE)
+    assert result.overflowed and len(result.stdout) <= sandbox.OUTPUT_CAP + (1 << 16)
+    assert time.monotonic() - started < DEADLINE
+    fails_in_time("import sys\nprint(3)\nsys.stdout.write(' ' * 10 ** 8)", tests=[dict(input="", output="3")])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("test", ["assert add(1, 2) == 3", "assert add(1, 2) > 2"])  # values compared here / token
+def test_asserts_cannot_pass_by_exiting_before_the_tests(test):
+    for escape in ("import os\nos._exit(0)", "import sys\nsys.exit(0)", "raise SystemExit", "import os\nos.abort()",
+                   "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)"):
+        fails_in_time("def add(a, b):\n    return 0\n" + escape, test=test)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("test", ["assert add(1, 2) == 3", "assert add(1, 2) > 2"])
+def test_asserts_cannot_pass_by_overriding_print_assert_exit_builtins_or_the_harness(test):
+    wrong = "def add(a, b):\n    return 0\n"
+    for cheat in ("import builtins\nbuiltins.exec = lambda *a, **k: None\nbuiltins.eval = lambda *a, **k: 3",
+                  "import builtins\nbuiltins.print = lambda *a, **k: None\nbuiltins.AssertionError = type('A', (BaseException,), {})",
+                  "import sys, os\nsys.exit = os._exit = lambda *a: None\nsys.excepthook = lambda *a: None",
+                  "import os\nos.write = lambda fd, b: len(b)\nos.dup2 = lambda *a: None",
+                  "import sys, io\nsys.stdout = io.StringIO()\nsys.stderr = io.StringIO()",
+                  "import sys, json\nsys.modules['__main__'].harness = None\njson.dumps = lambda *a, **k: 'true'"):
+        fails_in_time(wrong + cheat, test=test)
+
+
+@pytest.mark.slow
+def test_returned_values_are_compared_as_json_in_the_parent_so_objects_that_lie_fail():
+    for liar in ("class Yes:\n    __eq__ = lambda self, other: True\ndef add(a, b):\n    return Yes()",
+                 "class Lie(int):\n    __eq__ = lambda self, other: True\ndef add(a, b):\n    return Lie(0)",
+                 "class Lie(list):\n    __eq__ = lambda self, other: True\ndef add(a, b):\n    return Lie()"):
+        fails_in_time(liar, test="assert add(1, 2) == 3")
+        fails_in_time(liar, fn_name="add", tests=[dict(input=[1, 2], output=3)])
+
+
+def test_the_expected_values_of_call_and_literal_assert_tests_never_enter_the_sandbox():
+    secret = f"expected-{secrets.token_hex(6)}"
+    fails_in_time(HUNT, fn_name="answer", tests=[dict(input=[], output=secret)])
+    fails_in_time(HUNT, test=f"assert answer() == {secret!r}")
+    # the token path's known limit (module docstring): its asserts run in there, so the same hunt finds them
+    assert sandbox.passes(HUNT, test=f"assert answer() == {secret!r} + ''", timeout=DEADLINE)
+
+
+def test_the_program_is_the_last_python_block_of_the_final_answer():
+    p = code_prompt()
+    text = "<think>```python\nprint(0)\n```</think>Here:\n```python\nprint(1)\n```\nand\n```\nprint(2)\n```\n```cpp\nint x;\n```"
+    assert data.extract_program(p, text) == "print(2)\n"
+    assert data.extract_program(p, "</think>```py\nx = 1\n```") == "x = 1\n"
+    assert data.extract_program(p, "</think>no code here") is None
+    assert data.extract_program(p, "```python\nprint(3)\n```") == "print(3)\n"  # a model that does not think
+    assert data.extract_program(p, "<think>```python\nprint(3)\n```") is None    # unfinished thinking
+
+
+def test_unclosed_thinking_scores_minus_one_in_every_domain():
+    half = Prompt("x:1", "What is half of 1?", [], "\\frac{1}{2}", domain="m")
+    assert data.math_reward(half, "\\boxed{0.5}") == 1.0                          # no thinking: all of it
+    assert data.math_reward(half, "<think>so it is \\boxed{0.5}") == -1.0         # opened, never closed
+    opened = Prompt("x:1", "What is half of 1?", [], "\\frac{1}{2}", domain="m", opens_thinking=True)
+    assert data.math_reward(opened, "so it is \\boxed{0.5}") == -1.0              # the template opened it
+    assert data.math_reward(opened, "so it is</think>\\boxed{0.5}") == 1.0
+    assert data.code_reward(code_prompt(), "<think>```python\n" + ADD + "```") == -1.0
+    assert data.code_reward(code_prompt(), "<think>hm</think>```python\n" + ADD + "```") == 1.0
+
+
+@pytest.mark.slow
+def test_a_math_and_a_code_prompt_in_one_batch_get_the_right_rewards(tok):
+    train, val, reward_fn = data.load_task(f"{EXAMPLE},{EXAMPLE_CODE}", tok, None, 2)
+    assert reward_fn is data.reward
+    prompts = {p.id: p for p in train + val}
+    math = next(p for p in prompts.values() if p.answer == "56")
+    code = next(p for p in prompts.values() if p.code and p.code.get("fn_name") == "add")
+    asserts = next(p for p in prompts.values() if p.code and "square(3)" in p.code.get("test", ""))
+    program = "```python\ndef add(a, b):\n    return a + b\n\ndef square(x):\n    return x * x\n```"
+    pairs = [(math, "<think>7 times 8</think>\\boxed{56}"), (code, "<think>easy</think>" + program),
+             (math, "</think>\\boxed{54}"), (code, "</think>```python\ndef add(a, b):\n    return a - b\n```"),
+             (code, "</think>no code"), (asserts, "</think>" + program), (code, "<think>" + program)]
+    expected = [1.0, 1.0, -1.0, -1.0, -1.0, 1.0, -1.0]
+    assert reward_fn.batch(pairs) == expected and [reward_fn(p, text) for p, text in pairs] == expected
+    assert data.math_reward.batch(pairs[:1]) == [1.0] and data.builtin_reward.batch([]) == []
+
+
+def test_several_datasets_keep_their_domains_and_hold_out_n_val_of_each(tok):
+    train, val, reward_fn = data.load_task(f"builtin,{EXAMPLE_CODE}", tok, 50, 5, seed=0)
+    assert reward_fn is data.reward and {p.domain for p in val} == {"builtin", "example_code"}
+    assert sum(p.domain == "builtin" for p in val) == 5 == sum(p.domain == "example_code" for p in val)
+    code_rows = sum(1 for line in open(EXAMPLE_CODE) if line.strip())
+    assert sum(p.domain == "builtin" for p in train) == 50 and sum(p.code is not None for p in train) == code_rows - 5
+    alone_train, alone_val, alone_reward = data.load_task("builtin", tok, 50, 5, seed=0)  # each split as if alone
+    assert [p.id for p in alone_train + alone_val] == [p.id for p in train + val if p.domain == "builtin"]
+    code_train, code_val, code_reward = data.load_task(EXAMPLE_CODE, tok, None, 5, seed=0)
+    assert [p.id for p in code_val] == [p.id for p in val if p.code] and code_reward is data.code_reward
+    assert alone_reward is data.builtin_reward and all(p.weight is None for p in train)
+    weighted, _, _ = data.load_task(f"builtin:3,{EXAMPLE_CODE}:1", tok, 50, 5, seed=0)
+    assert {(p.domain, p.weight) for p in weighted} == {("builtin", 3.0), ("example_code", 1.0)}
+
+
+def test_data_path_weights_are_parsed_and_bad_ones_named():
+    assert data.parse_data_path("builtin, a.jsonl") == [("builtin", None), ("a.jsonl", None)]
+    assert data.parse_data_path("builtin:2,dir/a.jsonl:0.5") == [("builtin", 2.0), ("dir/a.jsonl", 0.5)]
+    for bad, message in (("builtin:2,a.jsonl", "every dataset a weight"), ("a.jsonl:0", "positive"),
+                         ("a.jsonl,a.jsonl", "twice"), ("builtin,", "empty entry"), ("a.jsonl:nan", "positive")):
+        with pytest.raises(DataError, match=message):
+            data.parse_data_path(bad)
+
+
+def test_malformed_code_rows_raise_one_line_errors_naming_file_line_and_field(tmp_path, tok):
+    good = '{"prompt": "add", "tests": [{"input": "1 2", "output": "3"}]}\n'
+    cases = [('{"prompt": "p", "tests": "1 2"}', "field 'tests' must be a non-empty list"),
+             ('{"prompt": "p", "tests": []}', "field 'tests' must be a non-empty list"),
+             ('{"prompt": "p", "tests": [{"input": "1"}]}', "field 'tests[0]' must be an object with 'input' and 'output'"),
+             ('{"prompt": "p", "tests": [{"input": 1, "output": "1"}]}', "field 'tests[0]': stdin/stdout tests take strings"),
+             ('{"prompt": "p", "fn_name": "f", "tests": [{"input": 1, "output": 1}]}', "field 'tests[0].input' must be the list"),
+             ('{"prompt": "p", "fn_name": "1f", "tests": [{"input": [], "output": 1}]}', "field 'fn_name' must be a Python identifier"),
+             ('{"prompt": "p", "test": "assert f(1) =="}', "field 'test' is not valid Python"),
+             ('{"prompt": "p", "test": ""}', "field 'test' must be a non-empty string"),
+             ('{"prompt": "p", "test": "assert 1", "tests": []}', "field 'test' (asserts) cannot go with 'tests'"),
+             ('{"prompt": "p", "answer": "3", "test": "assert 1"}', "both 'answer' (math) and 'test' (code)"),
+             ('{"prompt": "p"}', "missing field 'answer' (math) or 'tests' / 'test' (code) (has: prompt)"),
+             ('{"prompt": "p", "test": "assert 1", "domain": "a b"}', "field 'domain' must be a name"),
+             ('{"prompt": "p", "test": "assert 1", "domain": "builtin"}', "the domain 'builtin' is the built-in task's")]
+    for i, (row, message) in enumerate(cases):
+        path = tmp_path / f"bad{i}.jsonl"
+        path.write_text(good + row + "\n" + good)
+        with pytest.raises(DataError) as info:
+            data.load_task(str(path), tok, None, 1)
+        assert str(info.value).startswith(f"{path}:2: ") and message in str(info.value) and "\n" not in str(info.value), info.value
+
+
+def test_weighted_curriculum_draws_domains_in_proportion_and_resumes_exactly():
+    domains, weights = ["m"] * 6 + ["c"] * 3, [2.0] * 6 + [1.0] * 3
+    curriculum = data.Curriculum(9, seed=1, domains=domains, weights=weights)
+    drawn = [curriculum.next() for _ in range(30)]
+    assert [domains[i] for i in drawn[:6]] == ["m", "c", "m", "m", "c", "m"]      # 2:1, interleaved
+    assert sum(domains[i] == "m" for i in drawn) == 20
+    assert sorted(i for i in drawn[:9] if domains[i] == "m") == [0, 1, 2, 3, 4, 5]  # each stream: whole epochs
+    for index in range(6, 9):
+        curriculum.update(index, 1.0)  # every code prompt retired: only math from now on
+    saved = json.loads(json.dumps(curriculum.state_dict()))
+    restored = data.Curriculum(9, seed=0, domains=domains, weights=weights)
+    restored.load_state_dict(saved)
+    assert restored.state_dict() == curriculum.state_dict() and saved["domains"] == ["m", "c"]
+    following = [curriculum.next() for _ in range(12)]
+    assert following == [restored.next() for _ in range(12)] and all(domains[i] == "m" for i in following)
+    with pytest.raises(DataError, match="weighted domains"):
+        data.Curriculum(9).load_state_dict(saved)
+    plain = data.Curriculum(9, seed=1).order(0)  # no weights, or one weighted domain: one stream, as before
+    for pooled in (data.Curriculum(9, seed=1, domains=domains, weights=[None] * 9),
+                   data.Curriculum(9, seed=1, domains=["m"] * 9, weights=[2.0] * 9)):
+        assert [pooled.next() for _ in range(9)] == plain and "domains" not in pooled.state_dict()
+    with pytest.raises(DataError, match="one positive weight"):
+        data.Curriculum(9, domains=domains, weights=[2.0] * 8 + [1.0])
+
+
+def test_fit_curve_fits_one_domain_with_y_and_names_a_missing_key(tmp_path):
+    x = np.linspace(0, 2, 41)
+    rows = [dict(step=i, gpu_hours=float(c), val_reward=0.5, val_reward_code=float(0.1 + 0.5 / (1 + (0.5 / c) ** 2) if c else 0.1))
+            for i, c in enumerate(x)]
+    log = tmp_path / "log.jsonl"
+    log.write_text("\n".join(map(json.dumps, rows)) + "\n")
+    out = subprocess.run([sys.executable, fit_curve.__file__, str(log), "--y=val_reward_code", "--json", "--bootstrap=0"],
+                         capture_output=True, text=True, timeout=60)
+    fit = json.loads(out.stdout)[0]
+    assert out.returncode == 0 and fit["y_col"] == "val_reward_code" and abs(fit["A"] - 0.6) < 0.02
+    out = subprocess.run([sys.executable, fit_curve.__file__, str(log), "--y=val_reward_math"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "no column 'val_reward_math'" in out.stderr
+
 # =============================================================================
 # sample.py
-
-PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
-
-
-@pytest.fixture(scope="session")
-def tiny_qwen(tmp_path_factory):
-    """A character-level fast tokenizer ('<think>', '</think>' single non-special tokens) and a
-    randomly initialised untied Qwen2, saved to a temporary directory."""
-    from tokenizers import AddedToken, Regex, Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-    chars = sorted(set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:;!?+-=*/()\n"))
-    vocab = {"<pad>": 0, "<eos>": 1, **{c: i + 2 for i, c in enumerate(chars)}}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # one token per char
-    backend.add_special_tokens([AddedToken("<pad>", special=True), AddedToken("<eos>", special=True)])
-    backend.add_tokens([AddedToken("<think>", special=False, normalized=False),
-                        AddedToken("</think>", special=False, normalized=False)])
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<eos>", pad_token="<pad>")
-    path = str(tmp_path_factory.mktemp("tiny_qwen"))
-    tok.save_pretrained(path)
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=512,
-                         tie_word_embeddings=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    Qwen2ForCausalLM(config).save_pretrained(path)
-    think_end = tok.convert_tokens_to_ids("</think>")
-    assert tok.encode("</think>") == [think_end] and tok.encode(PHRASE)[-1] == think_end
-    return dict(path=path, tok=tok, eos=tok.eos_token_id, think_end=think_end, phrase=tok.encode(PHRASE),
-                prompts=[tok.encode(p) for p in ["12+3=<think>", "7*8=<think>", "x", "(1+2)*3-4=<think>"]])
-
-
-def load_tiny_qwen(tiny_qwen):
-    from transformers import AutoModelForCausalLM
-    return AutoModelForCausalLM.from_pretrained(tiny_qwen["path"], dtype=torch.float32).eval()
-
-
-def perturbed_copy(model, scale=0.1, seed=1):
-    """A copy whose every weight moved by scale * its std: a visibly different policy."""
-    new = copy.deepcopy(model)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in new.parameters():
-            p.add_(scale * p.std() * torch.randn(p.shape, generator=g).to(p.device))
-    return new
-
-
-def sampler_knobs(tiny_qwen, **overrides):
-    return {**dict(temperature=0.8, fp32_head=True, max_seqs=5, seed=0, eos_ids=[tiny_qwen["eos"]],
-                   think_end_ids=[tiny_qwen["think_end"]], interrupt_ids=tiny_qwen["phrase"], think_budget=(3, 10),
-                   answer_budget=6), **overrides}
-
-
-@pytest.fixture(scope="session")
-def vllm_engine(tiny_qwen):
-    """One vLLM engine for the whole session (a start costs seconds); each test drives it with a
-    fresh VLLMSampler."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    require_vllm()
-    from sample import VLLMSampler
-    engine_kwargs = dict(dtype="float32", max_model_len=256, kv_cache_memory_bytes=1 << 30)  # 1 GiB of KV
-    sampler = VLLMSampler(tiny_qwen["path"], engine_kwargs=engine_kwargs, **sampler_knobs(tiny_qwen, max_seqs=8))
-    return sampler.engine
-
-
-def make_sampler(engine, tiny_qwen, vllm_engine_or_none=None, **overrides):
-    from sample import TorchSampler, VLLMSampler
-    if engine == "torch":
-        return TorchSampler(load_tiny_qwen(tiny_qwen), **sampler_knobs(tiny_qwen, **overrides))
-    return VLLMSampler(None, engine=vllm_engine_or_none, **sampler_knobs(tiny_qwen, **overrides))
-
-
-@pytest.fixture(params=["torch", "vllm"])
-def sampler_engine(request):
-    return request.param
-
-
-@pytest.fixture
-def sampler_factory(sampler_engine, tiny_qwen, request):
-    engine = request.getfixturevalue("vllm_engine") if sampler_engine == "vllm" else None
-    return lambda **overrides: make_sampler(sampler_engine, tiny_qwen, engine, **overrides)
-
-
-def sample_until_done(sampler, max_steps=2000):
-    """Step until every added group came back; returns the groups."""
-    groups = []
-    for _ in range(max_steps):
-        if not sampler.num_unfinished:
-            break
-        sampler.step()
-        groups += sampler.pop_finished()
-    assert sampler.num_unfinished == 0, "generation did not finish"
-    assert sampler.pop_finished() == []
-    return groups
-
-
-def trainer_completion_logprobs(model, prompt_ids, token_ids, temperature):
-    """loss.token_logprobs of the completion tokens: the trainer's side of the comparison."""
-    from loss import token_logprobs
-    ids = torch.tensor([prompt_ids + token_ids], device=model.device)
-    with torch.no_grad():
-        return token_logprobs(model, ids, temperature, fp32_head=True)[0, len(prompt_ids) - 1:].cpu()
-
-
-def max_policy_gap(model, groups, temperature):
-    gaps = []
-    for g in groups:
-        for c in g.completions:
-            ref = trainer_completion_logprobs(model, g.prompt_ids, c.token_ids, temperature)
-            got = torch.tensor(c.logprobs)
-            mask = torch.tensor(c.policy_mask, dtype=torch.bool)
-            assert torch.isnan(got[~mask]).all() and not torch.isnan(got[mask]).any()
-            gaps.append((got - ref)[mask].abs().max().item())
-    return max(gaps)
-
-
-def check_length_control(c, tiny_qwen, think_budget, answer_budget):
-    """The interruption contract, read off one finished completion."""
-    phrase, n = tiny_qwen["phrase"], len(c.token_ids)
-    assert len(c.logprobs) == len(c.versions) == len(c.policy_mask) == n
-    assert c.finish_reason in ("eos", "truncated")
-    assert (c.token_ids[-1] == tiny_qwen["eos"]) == (c.finish_reason == "eos")
-    forced = [i for i, m in enumerate(c.policy_mask) if not m]
-    if c.interrupted:  # the phrase sits inside the budget range, masked, and nothing before it ends thinking
-        start = forced[0]
-        assert think_budget[0] <= start <= think_budget[1]
-        assert forced == list(range(start, start + len(phrase))) and c.token_ids[start:start + len(phrase)] == phrase
-        assert tiny_qwen["think_end"] not in c.token_ids[:start]
-        answer_start = start + len(phrase)
-    else:
-        assert forced == []
-        ends = [i for i, t in enumerate(c.token_ids) if t == tiny_qwen["think_end"]]
-        if not ends:  # ended (eos) while thinking, before the budget
-            assert c.finish_reason == "eos" and n <= think_budget[1]
-            return
-        answer_start = ends[0] + 1
-        assert answer_start <= think_budget[1]
-    answer = n - answer_start
-    assert answer <= answer_budget and (c.finish_reason == "truncated") == (answer == answer_budget and
-                                                                         c.token_ids[-1] != tiny_qwen["eos"])
-
-# -----------------------------------------------------------------------------
 
 
 def test_torch_sampler_logprobs_match_trainer_including_after_interruption(tiny_qwen):
@@ -705,6 +1383,7 @@ def test_torch_sampler_logprobs_match_trainer_including_after_interruption(tiny_
     assert max_policy_gap(model, groups, 0.8) < 1e-4
 
 
+@pytest.mark.slow
 def test_vllm_sampler_logprobs_match_trainer_including_after_interruption(tiny_qwen, vllm_engine):
     import vllm
     assert vllm.__version__.startswith("0.32"), vllm.__version__
@@ -716,48 +1395,6 @@ def test_vllm_sampler_logprobs_match_trainer_including_after_interruption(tiny_q
     completions = [c for g in groups for c in g.completions]
     assert any(c.interrupted and c.policy_mask[-1] for c in completions), "no answer tokens after a phrase"
     assert max_policy_gap(load_tiny_qwen(tiny_qwen), groups, 0.8) < 1e-4
-
-
-def stale_cache_logprobs(old, new, ids, n_old, temperature):
-    """Log-probs of ids[n_old + 1:] when the KV of ids[:n_old] was computed by `old` and everything
-    after by `new`: what a sequence sees when the weights change mid-way (PipelineRL, stale KV)."""
-    from transformers import DynamicCache
-    from loss import lm_head_logits
-    from sample import forward_with_cache
-    ids = torch.tensor([ids], device=old.device)
-    cache = DynamicCache()
-    with torch.no_grad():
-        forward_with_cache(old, ids[:, :n_old], cache)
-        positions = torch.arange(n_old, ids.shape[1], device=ids.device)[None]
-        hidden = forward_with_cache(new, ids[:, n_old:], cache, position_ids=positions)
-        logits = lm_head_logits(new, hidden[0, :-1], temperature)
-    return (logits.gather(1, ids[0, n_old + 1:, None])[:, 0] - torch.logsumexp(logits, -1)).cpu()
-
-
-def check_update_mid_sequence(sampler, old, new, prompts, steps_before, total, tol, update=None):
-    """Generate, apply `update` (default: push new's tensors) after steps_before steps, finish, and
-    check every token against the policy and the KV cache that made it."""
-    for i, prompt in enumerate(prompts):
-        sampler.add(i, prompt, 2)
-    for _ in range(steps_before):
-        sampler.step()
-    completions = {id(c): c for s in (sampler.rows if hasattr(sampler, "rows") else sampler.requests.values())
-                   for c in [s.completion]}
-    before = {k: list(c.token_ids) for k, c in completions.items()}
-    (update or (lambda: sampler.update_weights(list(new.named_parameters()), version=1)))()
-    groups = sample_until_done(sampler)
-    for g in groups:
-        for c in g.completions:
-            m = len(before[id(c)])  # tokens sampled before the update (one per step: none restarted)
-            assert m == steps_before and c.token_ids[:m] == before[id(c)] and len(c.token_ids) == total
-            assert c.versions == [0] * m + [1] * (total - m)
-            old_lp = trainer_completion_logprobs(old, g.prompt_ids, c.token_ids, 0.8)
-            got = torch.tensor(c.logprobs)
-            assert (got[:m] - old_lp[:m]).abs().max() < tol  # earlier tokens keep their old log-probs
-            ref = stale_cache_logprobs(old, new, g.prompt_ids + c.token_ids, len(g.prompt_ids) + m - 1, 0.8)
-            assert (got[m:] - ref).abs().max() < tol  # new weights on top of the old KV cache
-            fresh = trainer_completion_logprobs(new, g.prompt_ids, c.token_ids, 0.8)[m:]
-            assert (got[m:] - fresh).abs().max() > 1e-3  # the stale cache really is old (the test bites)
 
 
 def test_torch_sampler_update_mid_sequence_continues_on_stale_kv_cache(tiny_qwen):
@@ -789,6 +1426,7 @@ def test_torch_sampler_sharing_the_trainers_module_sees_an_optimizer_step_mid_se
     assert model.training  # the sampler left the trainer's mode alone
 
 
+@pytest.mark.slow
 def test_vllm_sampler_update_mid_sequence_continues_on_stale_kv_cache(tiny_qwen, vllm_engine):
     old = load_tiny_qwen(tiny_qwen)
     new = perturbed_copy(old)
@@ -850,6 +1488,7 @@ def test_continuous_batching_returns_every_group_exactly_once(sampler_factory, t
     assert sampler.pop_finished() == [] and sampler.step() == 0
 
 
+@pytest.mark.slow
 def test_torch_sampler_is_deterministic_given_a_seed(tiny_qwen):
     from sample import TorchSampler
     def tokens(seed):
@@ -862,51 +1501,6 @@ def test_torch_sampler_is_deterministic_given_a_seed(tiny_qwen):
 
 # =============================================================================
 # fit_curve.py
-
-# The paper's Table 1: (run, C_mid in GPU-hours, B, A).
-PAPER_TABLE1 = [
-    ("scalerl_8b", 2542, 1.92, 0.610), ("scalerl_32k_generation", 11272, 1.89, 0.645),
-    ("8gen_per_prompt", 2542, 2.44, 0.585), ("24gen_per_prompt", 3054, 2.22, 0.590),
-    ("32gen_per_prompt", 2936, 2.07, 0.595), ("scout_moe", 4242, 1.65, 0.710),
-    ("batch_512", 2818, 1.77, 0.605), ("batch_2048", 10909, 1.70, 0.645),
-    ("math_curve", 2896, 2.05, 0.595), ("code_curve", 1675, 1.09, 0.615),
-]
-
-
-def fit_curve_synthetic(R0, A, B, C_mid, c_max, n=101, noise=0.005, seed=0):
-    """A validation curve evaluated at n evenly spaced compute points from 0 (step 0) to c_max."""
-    rng = np.random.default_rng(seed)
-    x = np.linspace(0, c_max, n)
-    y = np.full(n, R0)
-    y[1:] = fit_curve.sigmoid(x[1:], R0, A, B, C_mid)
-    return x, y + rng.normal(0, noise, n)
-
-
-def fit_curve_write_log(path, x, y, steps_per_eval=5, bad_line=None):
-    """A train.py-like log.jsonl: a config line, then every step; only evaluation steps have val_reward."""
-    lines = [json.dumps({"config": {"lr": 3e-4}})]
-    for i in range(len(x)):
-        for sub in range(steps_per_eval if i + 1 < len(x) else 1):
-            step = i * steps_per_eval + sub
-            gpu_hours = x[i] + (x[i + 1] - x[i]) * sub / steps_per_eval if sub else x[i]
-            row = dict(step=step, gpu_hours=float(gpu_hours), flops=float(gpu_hours) * 1e15, loss=0.1, train_reward=0.2)
-            if sub == 0:
-                row["val_reward"] = float(y[i])
-            lines.append(json.dumps(row))
-    if bad_line is not None:
-        lines[bad_line[0]] = bad_line[1]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def fit_curve_cli(*args):
-    return subprocess.run([sys.executable, fit_curve.__file__, *map(str, args)], capture_output=True, text=True, timeout=60)
-
-
-def assert_recovered(fit, A, B, C_mid):
-    assert abs(fit.A - A) <= 0.01, (fit, A)
-    assert abs(fit.B / B - 1) <= 0.10, (fit, B)
-    assert abs(fit.C_mid / C_mid - 1) <= 0.15, (fit, C_mid)
 
 
 @pytest.mark.parametrize("run,C_mid,B,A", PAPER_TABLE1, ids=[row[0] for row in PAPER_TABLE1])
@@ -986,7 +1580,15 @@ def test_comparison_refits_runs_within_0_02_at_average_A_and_ranks_by_B():
     assert ranking[0]["B_at_common_A"] > ranking[1]["B_at_common_A"]
 
 
-def test_comparison_ranks_by_A_when_A_differ_by_0_02_or_more():
+def test_comparison_counts_a_difference_of_exactly_0_02_as_within_the_margin():
+    curves = [fit_curve_synthetic(0.30, a, b, 2542, 16000, seed=s) for a, b, s in ((0.610, 1.5, 1), (0.590, 2.4, 2))]
+    fits = [fit_curve.fit_sigmoid(*c, a=a) for c, a in zip(curves, (0.610, 0.590))]  # A on the grid: 0.020 apart
+    ranking = fit_curve.rank_runs(["higher A", "steeper"], curves, fits)
+    assert [r["run"] for r in ranking] == ["steeper", "higher A"]
+    assert ranking[0]["common_A"] == pytest.approx(0.600)
+
+
+def test_comparison_ranks_by_A_when_A_differ_by_more_than_0_02():
     low = fit_curve_synthetic(0.30, 0.580, 2.40, 2542, 16000, seed=1)
     high = fit_curve_synthetic(0.30, 0.640, 1.50, 2542, 16000, seed=2)
     fits = [fit_curve.fit_sigmoid(*c) for c in (low, high)]
@@ -1112,43 +1714,6 @@ def test_cli_bad_input_exits_2_with_one_line_message(tmp_path, case, expected):
 # =============================================================================
 # train.py
 
-import train  # noqa: E402  (importing runs only the config block and the function definitions)
-
-TRAIN_FAST = ["--n_train=2000", "--n_val=40", "--eval_samples=4", "--prompts_per_step=16", "--samples_per_prompt=8",
-              "--micro_batch=64", "--sampler_slots=128", "--lr=1e-4", "--warmup_steps=5"]
-
-
-def run_train(out_dir, *args, timeout=300):
-    return subprocess.run([sys.executable, "train.py", f"--out_dir={out_dir}", *TRAIN_FAST, *map(str, args)],
-                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
-
-
-def read_train_log(out_dir):
-    with open(os.path.join(out_dir, "log.jsonl")) as f:
-        lines = [json.loads(line) for line in f]
-    assert "config" in lines[0]
-    return lines[1:]
-
-
-@pytest.fixture
-def train_config(monkeypatch):
-    """train.py's config globals, restored after the test (configure() writes them)."""
-    for key in train.config_keys:
-        monkeypatch.setattr(train, key, getattr(train, key))
-    return train
-
-
-def config_error(train_module, capsys, *args):
-    saved = {k: getattr(train_module, k) for k in train_module.config_keys}
-    with pytest.raises(SystemExit) as info:
-        train_module.configure(list(args))
-        train_module.check_config()
-    for k, v in saved.items():  # each bad config on its own
-        setattr(train_module, k, v)
-    err = capsys.readouterr().err
-    assert info.value.code == 2 and err.startswith("train.py: error: ") and err.count("\n") == 1, err
-    return err
-
 
 def test_every_config_file_parses_and_sets_existing_keys(train_config):
     defaults = {k: getattr(train_config, k) for k in train_config.config_keys}
@@ -1166,7 +1731,7 @@ def test_every_config_file_parses_and_sets_existing_keys(train_config):
 def test_bad_configs_fail_before_any_work_with_one_line_errors(train_config, capsys, tmp_path):
     assert "unknown config key 'lr_max'" in config_error(train_config, capsys, "--lr_max=1")
     assert "lr must be float, got 'fast'" in config_error(train_config, capsys, "--lr=fast")
-    assert "not divisible by micro_batch=7" in config_error(train_config, capsys, "--micro_batch=7")
+    assert "micro_batch_tokens=-1: must be >= 0" in config_error(train_config, capsys, "--micro_batch_tokens=-1")
     assert "loss='ppo': must be one of" in config_error(train_config, capsys, "--loss=ppo")
     assert "no such directory" in config_error(train_config, capsys, f"--model_path={tmp_path}/nope")
     assert "no such config file" in config_error(train_config, capsys, "config/nope.py")
@@ -1175,17 +1740,176 @@ def test_bad_configs_fail_before_any_work_with_one_line_errors(train_config, cap
     assert "holds no checkpoint" in config_error(train_config, capsys, f"--out_dir={tmp_path}", "--init_from=resume")
 
 
-def test_a_non_finite_loss_is_skipped_and_not_applied(tiny_model_dir, train_config, monkeypatch):
+def test_n_train_0_takes_every_row_of_a_jsonl_file(tiny_model_dir, train_config):
+    rows = sum(1 for line in open(EXAMPLE) if line.strip())
+    train_config.configure([f"--data_path={EXAMPLE}", "--n_train=0", "--n_val=3"])
+    task = train.load_task(tiny_model_dir, ONE_PROCESS)
+    assert len(task.prompts) == rows - 3 and len(task.val_prompts) == 3
+    train_config.configure(["--n_train=5"])
+    assert len(train.load_task(tiny_model_dir, ONE_PROCESS).prompts) == 5
+
+# -----------------------------------------------------------------------------
+# the scheduler (train.Rollouts), with fake samplers: milliseconds a run
+
+# configurations in which the rule before this one trained groups at a lag above k (found by a random
+# search over these parameters; 21 of 300 leaked): many old groups finishing at once after a straggler
+LEAKED_BEFORE = [(3, dict(P=4, n_samplers=6, slots=4, stragglers=0.1, long=10, train_steps=(0, 2), seed=49)),
+                 (2, dict(P=2, n_samplers=6, slots=2, stragglers=0.1, long=10, train_steps=(0, 2), seed=21)),
+                 (3, dict(P=4, n_samplers=6, slots=16, stragglers=0.3, long=10, train_steps=(0, 2), seed=50)),
+                 (3, dict(P=4, n_samplers=6, slots=2, stragglers=0.1, long=40, train_steps=(5, 10), seed=46)),
+                 (3, dict(P=4, n_samplers=6, slots=4, stragglers=0.05, long=40, train_steps=(5, 10), seed=30)),
+                 (3, dict(P=8, n_samplers=1, slots=16, stragglers=0.3, long=10, train_steps=(5, 10), seed=61)),
+                 (3, dict(P=4, n_samplers=1, slots=16, stragglers=0.3, long=10, train_steps=(20, 50), seed=63)),
+                 (2, dict(P=4, n_samplers=6, slots=4, stragglers=0.05, long=10, train_steps=(5, 10), seed=97))]
+
+
+@pytest.mark.parametrize("k,setting", LEAKED_BEFORE)
+def test_pipeline_rl_lag_stays_within_k_where_the_old_rule_leaked(k, setting):
+    lags, trained, _ = run_schedule("pipeline", k, **setting)
+    assert max(lags) <= k and len(lags) == 30, lags
+    assert len(set(trained)) == len(trained)
+
+
+@pytest.mark.parametrize("n_samplers", [1, 6])
+@pytest.mark.parametrize("k", [1, 2, 8])
+def test_pipeline_rl_lag_stays_within_k_with_stragglers_and_sampling_during_steps(n_samplers, k):
+    for seed in range(3):
+        lags, _, _ = run_schedule("pipeline", k, P=8, n_samplers=n_samplers, seed=seed, steps=20)
+        assert max(lags) <= k, (seed, lags)
+    assert max(lags) == k  # the bound is reached, not just respected: the samplers run k steps ahead
+
+
+def test_pipeline_rl_lag_stays_within_k_when_whole_waves_finish_in_one_engine_step():
+    lags, _, _ = run_schedule("pipeline", 2, P=4, n_samplers=3, slots=64, stragglers=0.0, train_steps=(200, 200))
+    assert max(lags) <= 2 and len(lags) == 30
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_ppo_off_policy_takes_exactly_k_steps_per_round_in_hand_out_order(k):
+    lags, trained, handed = run_schedule("ppo", k, P=4, n_samplers=2, steps=3 * k)
+    assert lags == list(range(k)) * 3  # one policy generates k x P prompts, then k steps train on them
+    assert trained == handed
+
+
+@pytest.mark.parametrize("mode", ["pipeline", "ppo"])
+def test_every_handed_out_group_is_trained_exactly_once_across_a_resume(mode):
+    lags, trained, handed = run_schedule(mode, 3, P=4, n_samplers=2, steps=24, resume_at=11)
+    assert len(trained) == 24 * 4 and len(set(trained)) == len(trained)  # prompts are distinct: npr off, 1 epoch
+    # the groups in flight at the checkpoint went out again after it; nothing else did
+    assert set(trained) <= set(handed) and max(lags) <= 3
+
+
+def test_validation_groups_come_back_from_collect_and_training_groups_wait_for_their_step():
+    from sample import Group
+    rollouts = train.Rollouts(data.Curriculum(10), [Prompt("p", "", [1], "0")] * 10, 2, 2, 1, "pipeline")
+    samplers = FakeSamplers(1, 8, lambda t: 1)
+    rollouts.hand_out(samplers, 0, room=100)
+    assert len(rollouts.pending) == 4 and samplers.num_unfinished == 4  # (k + 1) x P
+    samplers.step()
+    validation = rollouts.collect(samplers.pop_finished() + [Group(("val", 0), [1], [])])
+    assert [g.prompt_id for g in validation] == [("val", 0)] and sorted(rollouts.finished) == [0, 1, 2, 3]
+    batch = rollouts.ready_batch(0)
+    first = data.Curriculum(10).order(0)  # the curriculum's first epoch
+    assert [g.prompt_id for g in batch] == [0, 1] and [g.index for g in batch] == first[:2]
+    assert rollouts.in_flight() == first[2:4]  # handed out, not trained: a checkpoint hands them out again
+
+
+def test_evaluate_counts_the_training_tokens_decoded_during_validation(train_config):
+    train_config.configure(["--eval_samples=2"])
+    prompts = [Prompt(f"v{i}", "", [1, 2], "0", domain=d) for i, d in enumerate(["math", "code", "math"])]
+    reward_fn = lambda prompt, text: 1.0 if prompt.domain == "math" else -1.0
+    reward_fn.batch = lambda pairs: [reward_fn(*p) for p in pairs]
+    task = train.Task(prompts, prompts, reward_fn, data.build_tokenizer(), {1}, ["code", "math"])
+    rollouts = train.Rollouts(data.Curriculum(3), prompts, 2, 1, 1, "pipeline")
+    samplers = FakeSamplers(1, 64, lambda t: 10)  # training groups: 10 steps; validation groups: 3
+    rollouts.hand_out(samplers, 0, room=100)  # 2 training groups of 2 completions
+    samplers.step()
+    scores, training_tokens = train.evaluate(samplers, rollouts, task, ONE_PROCESS)
+    assert scores == dict(val_reward=2 / 3, val_reward_code=0.0, val_reward_math=1.0)
+    assert training_tokens == 2 * 2 * 3  # 3 engine steps of validation, 2 groups x 2 completions decoding beside it
+    assert not rollouts.finished and samplers.num_unfinished == 2
+
+# -----------------------------------------------------------------------------
+# the training step: collation, micro-batches, precision, a non-finite step
+
+
+def test_truncated_completions_are_masked_out_of_the_loss_unless_train_truncated(train_config):
+    from sample import Completion, Group
+    group = Group(0, [5, 6], [Completion([7, 8], [-1.0, -1.0], [0, 0], [True, True], "eos"),
+                              Completion([7, 8, 9], [-1.0] * 3, [0] * 3, [True] * 3, "truncated")])
+    _, _, _, mask, _, _ = train.collate([group], torch.tensor([[1.0, -1.0]]), 0)
+    assert mask.tolist() == [[0, 1, 1, 0], [0, 0, 0, 0]]  # excluded (paper, A.16), still in the group's baseline
+    train_config.configure(["--train_truncated=True"])
+    _, _, _, mask, _, _ = train.collate([group], torch.tensor([[1.0, -1.0]]), 0)
+    assert mask.tolist() == [[0, 1, 1, 0], [0, 1, 1, 1]]
+
+
+def test_micro_batches_pack_rows_by_count_or_padded_tokens_with_the_same_number_on_every_trainer(train_config):
+    lengths = torch.tensor([10, 50, 20, 40, 30, 60, 5])
+    train_config.configure(["--micro_batch=2", "--micro_batch_tokens=0"])
+    assert [b.tolist() for b in train.micro_batches(lengths, 0, 1)] == [[5, 1], [3, 4], [2, 0], [6]]
+    train_config.configure(["--micro_batch=0", "--micro_batch_tokens=100"])
+    # longest first: 60 alone (2 x 60 > 100), 50 + 40 (2 x 50), 30 + 20 + 10 (3 x 30), then 5
+    assert [b.tolist() for b in train.micro_batches(lengths, 0, 1)] == [[5], [1, 3], [4, 2, 0], [6]]
+    shares = [train.micro_batches(lengths, r, 2) for r in range(2)]  # rows dealt 60 40 20 5 | 50 30 10
+    assert [[b.tolist() for b in s] for s in shares] == [[[5], [3, 2], [6]], [[1, 4], [0], []]]
+
+
+def test_loss_and_gradients_are_equal_with_and_without_activation_checkpointing_and_token_micro_batches(
+        tiny_model_dir, train_config):
+    groups = fixed_batch(len(data.build_tokenizer()))
+    results = {}
+    for name, args in [("rows", ["--micro_batch=64"]), ("rows of 3", ["--micro_batch=3"]),
+                       ("tokens", ["--micro_batch=0", "--micro_batch_tokens=40"]),
+                       ("checkpointed", ["--micro_batch=0", "--micro_batch_tokens=40", "--checkpoint_activations=True"])]:
+        train_config.configure(args + ["--grad_clip=1e9"])
+        results[name] = recorded_step(tiny_model_dir, copy.deepcopy(groups))
+    (reference, grads), *others = results.values()
+    assert reference["loss"] != 0
+    for stats, g in others:
+        assert abs(stats["loss"] - reference["loss"]) < 1e-6 and abs(stats["grad_norm"] - reference["grad_norm"]) < 1e-5
+        assert max((g[k] - grads[k]).abs().max().item() for k in grads) < 1e-6
+
+
+def test_bf16_compute_with_fp32_master_weights_moves_every_weight_at_lr_5e_7(tiny_model_dir, train_config):
+    policy = bf16_tiny_policy(tiny_model_dir, train_config)
+    compute = policy.logprobs.model
+    assert all(p.dtype == torch.float32 for p in policy.model.parameters())  # master weights and AdamW state
+    assert all(p.dtype == torch.bfloat16 for p in compute.parameters())      # forward and backward
+    before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
+    stats = train.train_step(policy, fixed_batch(len(data.build_tokenizer())), 0, 0)
+    assert "skipped" not in stats
+    changed = sum((p != before[n]).sum().item() for n, p in policy.model.named_parameters())
+    assert changed >= 0.99 * sum(p.numel() for p in before.values())  # Adam's first step moves each by ~lr
+    # what the samplers receive is the bf16 cast of the master weights: the one-process sampler's module...
+    assert all(torch.equal(c, p.to(torch.bfloat16)) for c, p in zip(compute.parameters(), policy.model.parameters()))
+    # ... and the buckets pushed to other ranks or to vLLM
+    plan = distributed.weight_plan(policy.model, 1 << 16, torch.bfloat16)
+    pushed = dict(t for bucket, flat in zip(plan, distributed.weight_buckets(policy.model, plan, torch.bfloat16))
+                  for t in distributed.unflatten(bucket, flat))
+    assert all(torch.equal(pushed[n], p.to(torch.bfloat16)) for n, p in policy.model.named_parameters())
+
+
+def test_bf16_weights_stepped_without_an_fp32_master_barely_move_at_lr_5e_7(tiny_model_dir):
+    """The failure the fp32 master weights fix: AdamW on bf16 parameters rounds most updates away."""
     from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-7, eps=1e-15, foreach=True)
+    before = [p.detach().clone() for p in model.parameters()]
+    loss = -L.token_logprobs(model, torch.randint(3, 50, (4, 12))).mean()
+    loss.backward()
+    optimizer.step()
+    changed = sum((p != b).sum().item() for p, b in zip(model.parameters(), before))
+    assert changed < 0.1 * sum(b.numel() for b in before)
+
+
+def test_a_non_finite_loss_is_skipped_and_not_applied(tiny_model_dir, train_config):
     from sample import Completion, Group
     tok = data.load_tokenizer(tiny_model_dir)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     prompts, _, reward_fn = data.load_task("builtin", tok, 4, 1, seed=0)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    for name, value in dict(model=model, tokenizer=tok, eos_ids={tok.eos_token_id}, prompts=prompts,
-                            reward_fn=reward_fn, curriculum=data.Curriculum(4), optimizer=optimizer,
-                            n_trainers=1, layout_rank_in_trainers=0, model_device=torch.device("cpu")).items():
-        monkeypatch.setattr(train, name, value, raising=False)
+    task = train.Task(prompts, [], reward_fn, tok, {tok.eos_token_id}, ["builtin"])
+    train_config.configure(["--lr=1e-3"])
+    policy = train.load_policy(tiny_model_dir, ONE_PROCESS, None)
     terms = [int(c) for c in prompts[0].text[1::2]]
     thinking, _, answer = data.teacher_completion(terms, random.Random(0))
 
@@ -1194,30 +1918,45 @@ def test_a_non_finite_loss_is_skipped_and_not_applied(tiny_model_dir, train_conf
         for text in (thinking + answer, thinking + str((int(answer) + 1) % 10)):  # right, then wrong
             ids = tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
             with torch.no_grad():
-                logprobs = L.token_logprobs(model, torch.tensor([prompts[0].input_ids + ids]))[0, -len(ids):]
+                logprobs = L.token_logprobs(policy.model, torch.tensor([prompts[0].input_ids + ids]))[0, -len(ids):]
             if behaviour_nan:
                 logprobs[0] = math.nan  # a broken behaviour log-prob on a policy token: the loss is NaN
             completions.append(Completion(ids, logprobs.tolist(), [0] * len(ids), [True] * len(ids), "eos"))
-        g = Group(0, prompts[0].input_ids, completions)
-        g.index = 0
-        train.score([g])
+        g = Group(0, prompts[0].input_ids, completions, index=0)
+        train.score([g], task, data.Curriculum(4))
         assert g.rewards == [1.0, -1.0]
         return g
 
-    before = [p.detach().clone() for p in model.parameters()]
-    stats = train.train_step([group(behaviour_nan=True)], 0)
+    before = [p.detach().clone() for p in policy.model.parameters()]
+    stats = train.train_step(policy, [group(behaviour_nan=True)], 0, tok.pad_token_id)
     assert stats["skipped"] == "non_finite" and not math.isfinite(stats["loss"])
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters())) and not optimizer.state
-    stats = train.train_step([group(behaviour_nan=False)], 0)
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters())) and not policy.optimizer.state
+    stats = train.train_step(policy, [group(behaviour_nan=False)], 0, tok.pad_token_id)
     assert "skipped" not in stats and math.isfinite(stats["loss"]) and stats["effective_prompts"] == 1
-    assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
 
 
-LOG_KEYS = ("step gpu_hours flops tokens train_reward loss entropy lr grad_norm effective_prompts truncation_rate "
-            "interruption_rate policy_lag_mean policy_lag_max is_ratio_mean is_ratio_max is_truncated_frac "
-            "logprob_mismatch time").split()
+def test_memory_plan_names_the_biggest_term_and_its_knob_when_a_role_cannot_fit():
+    qwen3_8b = dict(hidden_size=4096, num_hidden_layers=36, intermediate_size=12288, vocab_size=151936,
+                    num_attention_heads=32, num_key_value_heads=8, head_dim=128)
+    shape = memory.shape_of(qwen3_8b)
+    assert abs(shape.params - 8.19e9) < 0.01e9  # Qwen3-8B: 8.19B
+    gib = 1 << 30
+    one_gpu = memory.plan(shape, 1, False, 0, True, 2, 16384, True, 16384, 0.4, gib, 141 * gib)
+    problem = memory.check(one_gpu, 141 * gib, one_gpu=True)
+    assert problem.count("\n") == 0 and "biggest term is AdamW moments (61.0 GiB): more trainer ranks" in problem
+    eight = memory.plan(shape, 2, True, 6, False, 2, 16384, True, 16384, 0.85, gib, 141 * gib)
+    assert memory.check(eight, 141 * gib, one_gpu=False) is None
+    assert "biggest term is" in memory.check(eight, 40 * gib, one_gpu=False)  # a fake 40 GiB device
+    no_checkpointing = memory.plan(shape, 8, True, 8, False, 2, 16384 * 4, False, 16384, 0.85, gib, 141 * gib)
+    assert "activations per micro-batch" in memory.check(no_checkpointing, 141 * gib, one_gpu=False)
+    assert "checkpoint_activations=True" in memory.check(no_checkpointing, 141 * gib, one_gpu=False)
+
+# -----------------------------------------------------------------------------
+# train.py end to end (slow)
 
 
+@pytest.mark.slow
 def test_pipeline_rl_run_learns_keeps_lag_within_k_and_updates_weights_in_flight(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     result = run_train(out, "--max_steps=40", "--eval_interval=20", "--max_lag=2", "--ckpt_interval=40")
@@ -1236,10 +1975,12 @@ def test_pipeline_rl_run_learns_keeps_lag_within_k_and_updates_weights_in_flight
     assert late > early + 0.3, (early, late)  # measured: about -0.45 -> +0.5
     assert rows[-1]["val_reward"] > rows[0]["val_reward"] + 0.2
     assert rows[-1]["gpu_hours"] > rows[20]["gpu_hours"] > 0 and rows[-1]["flops"] > rows[20]["flops"]
+    assert rows[-1]["tokens"] >= 0.9 * sum(r["completion_tokens"] for r in rows[1:])  # every generated token counted
     from transformers import AutoModelForCausalLM  # the checkpoint is a plain Hugging Face directory
     assert AutoModelForCausalLM.from_pretrained(str(out / "ckpt")).num_parameters() > 0
 
 
+@pytest.mark.slow
 def test_ppo_off_policy_takes_k_steps_per_generation_round(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     result = run_train(out, "--off_policy=ppo", "--max_lag=3", "--max_steps=9", "--eval_interval=9")
@@ -1251,6 +1992,7 @@ def test_ppo_off_policy_takes_k_steps_per_generation_round(tiny_model_dir, tmp_p
     assert all(r["inflight_update_frac"] == 0 for r in rows)
 
 
+@pytest.mark.slow
 def test_seed_changes_the_sampling_but_not_the_task_or_the_base_model(tiny_model_dir, tmp_path):
     cache = os.path.dirname(tiny_model_dir)
     built = sorted(os.listdir(cache))
@@ -1264,9 +2006,9 @@ def test_seed_changes_the_sampling_but_not_the_task_or_the_base_model(tiny_model
     assert first[0] != first[1]  # ... and sampled other completions
 
 
+@pytest.mark.slow
 def test_resume_after_a_hard_kill_continues_the_log_and_the_curriculum(tiny_model_dir, tmp_path):
     import signal
-    import time
     out = tmp_path / "run"
     args = ["--max_steps=20", "--eval_interval=5", "--ckpt_interval=5"]
     cmd = [sys.executable, "train.py", f"--out_dir={out}", *TRAIN_FAST, *args]
@@ -1295,32 +2037,162 @@ def test_resume_after_a_hard_kill_continues_the_log_and_the_curriculum(tiny_mode
     assert rows[11]["gpu_hours"] > rows[10]["gpu_hours"]  # the counters continued
 
 
+@pytest.mark.slow
+def test_a_step_checkpointed_before_a_validation_that_crashed_is_logged_on_resume(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    args = ["--eval_interval=2", "--ckpt_interval=2"]
+    assert run_train(out, "--max_steps=4", *args).returncode == 0
+    lines = (out / "log.jsonl").read_text().splitlines(keepends=True)
+    (out / "log.jsonl").write_text("".join(lines[:-1]))  # the checkpoint of step 4 is written; its row is not
+    result = run_train(out, "--max_steps=6", *args, "--init_from=resume")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_train_log(out)
+    assert [r["step"] for r in rows] == list(range(7))
+    assert [r["step"] for r in rows if "val_reward" in r] == [0, 2, 4, 6]
+
+
+@pytest.mark.slow
+def test_math_and_code_in_one_run_log_a_validation_reward_per_domain_and_the_sandbox(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    result = subprocess.run([sys.executable, "train.py", "config/math_code_cpu.py", f"--out_dir={out}", "--max_steps=3",
+                             "--eval_interval=3", "--prompts_per_step=8"], cwd=REPO, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(out / "log.jsonl") as f:
+        header, *rows = [json.loads(line) for line in f]
+    assert {"python", "user", "network", "limits", "cleanup"} <= set(header["sandbox"])  # which isolation took effect
+    for r in (rows[0], rows[-1]):
+        assert {"val_reward", "val_reward_builtin", "val_reward_example_code"} <= set(r)
+        assert r["val_reward"] == pytest.approx((r["val_reward_builtin"] + r["val_reward_example_code"]) / 2)  # 16 each
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("nproc", [1, 2], ids=["one process", "1 trainer + 1 vLLM sampler rank"])
 def test_train_with_the_vllm_sampler_pushes_weights_in_flight_and_matches_the_trainer(tiny_model_dir, tmp_path, nproc):
     require_vllm()
     out = tmp_path / "run"
-    args = ["--sampler=vllm", "--max_steps=6", "--eval_interval=6", "--max_lag=2"]
-    # two processes: the engine lives on the sampler rank, the weights arrive by gloo broadcast
+    args = ["--sampler=vllm", "--max_steps=6", "--eval_interval=6", "--max_lag=2", "--weight_bucket_mb=1"]
+    # two processes: the engine lives on the sampler rank, the weights arrive in buckets by gloo broadcast
     result = run_train(out, *args) if nproc == 1 else torchrun(2, out, *args, "--n_samplers=1")
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "vLLM's KV cache holds" in result.stdout
     rows = read_train_log(out)
     assert [r["step"] for r in rows] == list(range(7)) and "val_reward" in rows[-1]
     # step 1 trains on version-0 tokens only: the gap is vLLM's numerics against the trainer's (fp32 head)
     assert rows[1]["policy_lag_max"] == 0 and rows[1]["logprob_mismatch"] < 1e-5
     assert all(r["policy_lag_max"] <= 2 for r in rows[1:]) and any(r["policy_lag_max"] > 0 for r in rows[1:])
+    # later steps differ by the policy's own moves (lag <= 2 at lr 1e-4: ~0.01, as with the exact torch sampler);
+    # a push that failed to load a bucket would leave vLLM on other weights
+    assert all(r["logprob_mismatch"] < 0.05 for r in rows[1:])
 
 
 # =============================================================================
-# train.py under torchrun: dedicated sampler ranks, FSDP2 trainers, data parallel (CPU, gloo)
-
-def torchrun(nproc, out_dir, *args, timeout=300, **popen):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "train.py",
-           f"--out_dir={out_dir}", *TRAIN_FAST, "--rank_timeout=60", *map(str, args)]
-    if popen:
-        return subprocess.Popen(cmd, cwd=REPO, text=True, **popen)
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+# distributed.py
 
 
+def test_a_rollout_message_of_20_mb_crosses_the_control_group_intact():
+    from sample import Completion, Group
+    rng = np.random.default_rng(0)
+    groups = []
+    for p in range(8):  # 8 groups x 16 completions x 14k tokens: 13 bytes a token, 23 MB
+        completions = [Completion(rng.integers(0, 151936, 14000).tolist(), rng.normal(size=14000).astype(np.float32).tolist(),
+                                  rng.integers(0, 9, 14000).tolist(), (rng.random(14000) > 0.01).tolist(), "eos",
+                                  bool(c % 2)) for c in range(16)]
+        groups.append(Group(("val", p) if p == 7 else p, rng.integers(0, 1000, 300).tolist(), completions))
+    message = ("groups", groups, 123)
+    payload = distributed.pack(message)
+    assert 20e6 < payload.numel() < 14 * 14000 * 16 * 8  # arrays, not pickled lists (~15 bytes a token)
+    pair = gloo_pair()
+    receiver = distributed.Mailbox(pair[0], peers=[1], senders=[1], timeout_s=30, heartbeat=NoHeartbeat())
+    sender = distributed.Mailbox(pair[1], peers=[0], senders=[], timeout_s=30, heartbeat=NoHeartbeat())
+    sender.send(0, message)
+    sender.send(0, ("bye",))
+    received = receiver.get(1, "rank 1")
+    assert received == message and receiver.get(1, "rank 1") == ("bye",)
+    receiver.close()  # its thread ended at "bye"
+    assert not any(t.is_alive() for t in receiver.threads)
+
+
+def test_a_peer_whose_heartbeat_stands_still_is_named_within_the_timeout(monkeypatch):
+    import torch.distributed as dist
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(server.port))
+    alive, watcher = distributed.Heartbeat(1, timeout_s=1.0, period_s=0.1), distributed.Heartbeat(0, 1.0, 0.1)
+    started = time.time()
+    while time.time() - started < 1.5:  # a busy peer (its thread beats) is never declared dead
+        watcher.check(1, "sampler rank 1")
+        time.sleep(0.05)
+    alive.close()  # now it stands still, as a stopped or dead process does
+    with pytest.raises(distributed.RankError, match=r"^sampler rank 1 shows no sign of life for 1 s"):
+        while time.time() - started < 10:
+            watcher.check(1, "sampler rank 1")
+            time.sleep(0.05)
+    assert time.time() - started < 1.5 + 1 + 1
+    watcher.close()
+
+
+def test_bucket_plan_packs_consecutive_tensors_and_gives_a_big_tensor_its_own_bucket():
+    shapes = [("a", (4, 4)), ("b", (8,)), ("c", (100, 10)), ("d", (2,)), ("e", (3, 3))]
+    names = lambda plan: [[n for n, _ in bucket] for bucket in plan]
+    assert names(distributed.bucket_plan(shapes, 100, 4)) == [["a", "b"], ["c"], ["d", "e"]]  # 64 + 32 bytes, ...
+    assert names(distributed.bucket_plan(shapes, 10 ** 9, 4)) == [["a", "b", "c", "d", "e"]]
+    assert names(distributed.bucket_plan(shapes, 1, 2)) == [["a"], ["b"], ["c"], ["d"], ["e"]]
+    flat = torch.arange(16 + 8, dtype=torch.float32)
+    bucket = distributed.bucket_plan(shapes, 100, 4)[0]
+    (na, a), (nb, b) = distributed.unflatten(bucket, flat)
+    assert (na, nb) == ("a", "b") and a.shape == (4, 4) and torch.equal(b, torch.arange(16, 24, dtype=torch.float32))
+
+
+def test_a_sampler_rank_takes_its_own_entry_of_cuda_visible_devices_and_bad_placements_are_refused(monkeypatch):
+    assert distributed.gpu_for(1, "3,5") == "5" and distributed.gpu_for(0, "GPU-9f2c,GPU-77aa") == "GPU-9f2c"
+    assert distributed.gpu_for(2, None) == "2" and distributed.gpu_for(0, "MIG-a1b2") == "MIG-a1b2"
+    with pytest.raises(ValueError, match="local rank 2 has no GPU"):
+        distributed.gpu_for(2, "3,5")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="one vLLM engine per data-parallel rank"):
+        distributed.place(0, "vllm", "cpu")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    with pytest.raises(ValueError, match="3 ranks on this node but 2 GPUs visible"):
+        distributed.place(1, "vllm", "cuda")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    distributed.place(1, "vllm", "cuda")  # the sampler rank: its own GPU only, the scheduler's mask respected
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
+
+
+def test_a_rank_waiting_on_the_master_to_build_the_model_fails_with_a_rank_error_not_a_store_error():
+    import datetime
+    import types
+    import torch.distributed as dist
+    store = dist.HashStore()
+    store.set_timeout(datetime.timedelta(seconds=0.5))
+    follower = types.SimpleNamespace(world=2, rank=1, store=store)
+    with pytest.raises(distributed.RankError, match=r"^the master \(rank 0\) did not finish preparing the model"):
+        distributed.master_first(follower, build=None)
+    store.set("scalerl/master_first", "/models/tiny")
+    assert distributed.master_first(follower, build=None) == "/models/tiny"
+
+
+def test_a_weight_broadcast_that_a_peer_misses_fails_within_the_deadline_naming_the_peer():
+    pair = gloo_pair(timeout_s=30)
+    started = time.time()
+    with pytest.raises(distributed.RankError, match=r"^the weight broadcast with sampler rank 1 did not complete within 1 s"):
+        distributed.broadcast(pair[0], torch.ones(3), 1.0, "sampler rank 1")
+    plan = [[("w", (3,))]]
+    with pytest.raises(distributed.RankError, match=r"^the weight broadcast with the master \(rank 0\)"):
+        list(distributed.receive_buckets(gloo_pair()[1], plan, torch.float32, "cpu", 1.0))
+    assert time.time() - started < 10
+
+
+# -----------------------------------------------------------------------------
+# distributed.py: whole layouts under torchrun (slow)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("nproc,n_samplers", [(2, 1), (3, 1), (2, 0)], ids=["1trainer+1sampler", "2fsdp+1sampler",
                                                                             "2data-parallel"])
 def test_multi_process_layouts_learn_keep_lag_within_k_and_resume(tiny_model_dir, tmp_path, nproc, n_samplers):
@@ -1334,6 +2206,8 @@ def test_multi_process_layouts_learn_keep_lag_within_k_and_resume(tiny_model_dir
     assert rows[1]["logprob_mismatch"] < 1e-5  # step 1: version-0 tokens only, sampled in another process
     assert rows[-1]["val_reward"] > rows[0]["val_reward"] + 0.1, [r.get("val_reward") for r in rows]
     assert rows[-1]["gpu_hours"] * 3600 > nproc * sum(r["step_time"] for r in rows[1:])  # wall x processes
+    # every rank's generated tokens are counted (data parallel: all-reduced), at least what was trained
+    assert rows[-1]["tokens"] >= 0.9 * sum(r["completion_tokens"] for r in rows[1:])
     result = torchrun(nproc, out, *args, "--max_steps=20", "--init_from=resume")  # the layout resumes too
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_train_log(out)
@@ -1341,69 +2215,18 @@ def test_multi_process_layouts_learn_keep_lag_within_k_and_resume(tiny_model_dir
     assert rows[17]["gpu_hours"] > rows[16]["gpu_hours"]
 
 
-FIXED_BATCH_HARNESS = r'''
-import json, os, random, sys
-import torch
-sys.path.insert(0, os.environ["REPO"])
-import data, distributed, train
-from sample import Completion, Group
-
-# one layout of train.py (torchrun's environment), one fixed batch, one train_step: the loss and the gradient
-train.configure(sys.argv[1:])
-layout = distributed.setup(train.n_samplers, 60.0, "cpu")
-if layout.is_sampler:  # a sampler rank takes no part in the gradient
-    sys.exit(0)
-model_dir = os.environ["MODEL_DIR"]
-tok = data.load_tokenizer(model_dir)
-train.layout = layout
-model = train.load_model(model_dir).train()
-if train.n_samplers and layout.trainers > 1:
-    distributed.shard(model)
-rng = random.Random(0)
-groups = []
-for p in range(6):
-    prompt = [rng.randrange(3, len(tok)) for _ in range(rng.randint(3, 8))]
-    completions = []
-    for g in range(4):
-        n = rng.randint(2, 12)
-        ids = [rng.randrange(3, len(tok)) for _ in range(n)]
-        completions.append(Completion(ids, [-rng.uniform(0.1, 3.0) for _ in ids], [0] * n, [rng.random() > 0.1 for _ in ids], "eos"))
-    group = Group(p, prompt, completions)
-    group.rewards = [rng.choice([-1.0, 1.0]) for _ in completions]
-    groups.append(group)
-
-class Recorder:  # in place of AdamW: keeps the full gradient (a gather under FSDP2: every trainer calls it)
-    param_groups = [{}]
-    def step(self):
-        self.grads = {n: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).clone()
-                      for n, p in model.named_parameters()}
-    def zero_grad(self, set_to_none=True):
-        model.zero_grad(set_to_none=True)
-
-recorder = Recorder()
-for name, value in dict(model=model, optimizer=recorder, tokenizer=tok, n_trainers=layout.trainers,
-                        layout_rank_in_trainers=layout.rank, model_device=layout.device, grad_clip=1e9).items():
-    setattr(train, name, value)
-stats = train.train_step(groups, 0)
-if layout.master:
-    torch.save(dict(loss=stats["loss"], grad_norm=stats["grad_norm"], grads=recorder.grads), os.environ["OUT"])
-distributed.finish(layout)
-'''
-
-
+@pytest.mark.slow
 def test_loss_and_gradient_of_a_fixed_batch_match_in_one_two_and_three_processes(tiny_model_dir, tmp_path):
-    harness = tmp_path / "harness.py"
-    harness.write_text(FIXED_BATCH_HARNESS)
     results = {}
     for name, nproc, args in [("1 process", 1, []), ("1 trainer + 1 sampler", 2, ["--n_samplers=1"]),
                               ("2 FSDP2 trainers + 1 sampler", 3, ["--n_samplers=1"]),
+                              ("2 FSDP2, token micro-batches, checkpointed", 3,
+                               ["--n_samplers=1", "--micro_batch=0", "--micro_batch_tokens=40", "--checkpoint_activations=True"]),
                               ("2 data-parallel ranks", 2, ["--n_samplers=0", "--prompts_per_step=2"])]:
-        env = dict(os.environ, REPO=REPO, MODEL_DIR=tiny_model_dir, OUT=str(tmp_path / f"{nproc}{args}.pt"))
-        result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                 f"--nproc_per_node={nproc}", str(harness), "--micro_batch=4", *args],
-                                env=env, capture_output=True, text=True, timeout=300)
+        out = tmp_path / f"{len(results)}.pt"
+        result = torchrun_harness(nproc, "fixed_batch", out, tiny_model_dir, "--micro_batch=4", *args)
         assert result.returncode == 0, result.stderr[-3000:]
-        results[name] = torch.load(env["OUT"])
+        results[name] = torch.load(out)
     reference = results.pop("1 process")
     assert reference["loss"] != 0 and reference["grad_norm"] > 0
     for name, r in results.items():
@@ -1413,39 +2236,64 @@ def test_loss_and_gradient_of_a_fixed_batch_match_in_one_two_and_three_processes
             assert (r["grads"][key] - g).abs().max() < 1e-5, (name, key)
 
 
-def test_a_rank_waiting_on_the_master_to_build_the_model_fails_with_a_rank_error_not_a_store_error():
-    import datetime
-    import types
-    import torch.distributed as dist
-    store = dist.HashStore()
-    store.set_timeout(datetime.timedelta(seconds=0.5))
-    follower = types.SimpleNamespace(world=2, master=False, rank=1, store=store)
-    with pytest.raises(distributed.RankError, match=r"^the master \(rank 0\) did not finish preparing the model"):
-        distributed.master_first(follower, build=None)
-    store.set("scalerl/master_first", "/models/tiny")
-    assert distributed.master_first(follower, build=None) == "/models/tiny"
+@pytest.mark.slow
+def test_two_fsdp2_trainers_in_bf16_match_one_process_in_bf16(tiny_model_dir, tmp_path):
+    """Mixed precision across ranks (FSDP2's MixedPrecisionPolicy, AdamW with foreach=True on DTensors) and
+    in one process (a bf16 copy, fp32 master weights) agree to bf16's precision: they differ from each
+    other no more than bf16 differs from fp32 (rows split between ranks round differently)."""
+    results = {}
+    for name, nproc, args in [("fp32", 1, []), ("bf16", 1, ["--dtype=bfloat16"]),
+                              ("bf16 fsdp", 3, ["--dtype=bfloat16", "--n_samplers=1"])]:
+        out = tmp_path / f"{len(results)}.pt"
+        result = torchrun_harness(nproc, "fixed_batch", out, tiny_model_dir, "--micro_batch=4", *args)
+        assert result.returncode == 0, result.stderr[-3000:]
+        results[name] = torch.load(out)
+    flat = lambda r: torch.cat([g.reshape(-1) for _, g in sorted(r["grads"].items())])
+    fp32, one, fsdp = (results[k] for k in ("fp32", "bf16", "bf16 fsdp"))
+    assert all(g.dtype == torch.float32 for g in fsdp["grads"].values())  # gradients reduced in fp32
+    bf16_error = abs(one["loss"] - fp32["loss"])
+    assert 0 < abs(fsdp["loss"] - one["loss"]) <= 2 * bf16_error
+    assert (flat(fsdp) - flat(one)).norm() <= 2 * (flat(one) - flat(fp32)).norm()
+    assert torch.nn.functional.cosine_similarity(flat(one), flat(fsdp), dim=0) > 0.99
 
 
-def test_a_weight_broadcast_that_a_peer_misses_fails_within_the_timeout_naming_the_peer():
-    import datetime
-    import threading
-    import torch.distributed as dist
-    store, groups = dist.HashStore(), {}
-    def join(rank):
-        groups[rank] = dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=1))
-    threads = [threading.Thread(target=join, args=(rank,)) for rank in range(2)]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
-    with pytest.raises(distributed.RankError, match=r"^the weight broadcast with sampler rank 1 failed .*Timed out"):
-        distributed.broadcast_weights(groups[0], [("w", torch.ones(3))], peers="sampler rank 1")
-    with pytest.raises(distributed.RankError, match=r"^the weight broadcast with the master \(rank 0\) failed"):
-        distributed.broadcast_weights(groups[1], spec=[("w", (3,), torch.float32)])
+@pytest.mark.slow
+def test_bucketed_weight_push_is_exact_and_holds_at_most_two_buckets_extra(tmp_path):
+    sizes = [64 << 10, 4 << 20, 1 << 30]  # smaller than most tensors, between tensors, larger than the model
+    # a fixed mmap threshold: glibc then maps every block above 64 KB and unmaps it when freed, so the peak
+    # resident memory follows the live tensors (by default freed blocks are kept for reuse)
+    result = torchrun_harness(3, "buckets", tmp_path, *sizes, env=dict(MALLOC_MMAP_THRESHOLD_="65536"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    master, follower, sampler = (torch.load(tmp_path / f"rank{r}.pt") for r in range(3))
+    largest = max(t.numel() * 4 for t in master["full"].values())
+    model_bytes = sum(t.numel() * 4 for t in master["full"].values())
+    print({role: {size >> 10: round(r["extra"][size] / 2 ** 20, 1) for size in sizes}  # KB: MB, in the log
+           for role, r in [("master", master), ("follower", follower), ("sampler", sampler)]})
+    for size in sizes:
+        assert all(torch.equal(sampler["received"][size][n], t) for n, t in master["full"].items()), size
+        bucket = min(max(size, largest), model_bytes)  # a bucket holds at least its largest tensor
+        for role, r in [("master", master), ("follower", follower), ("sampler", sampler)]:
+            assert r["extra"][size] <= 2 * bucket + (8 << 20), (size, role, r["extra"][size] / 2 ** 20)
+        assert follower["extra"][size] < largest / 2 + (8 << 20)  # never a full tensor it does not send
 
 
+@pytest.mark.slow
+def test_a_validation_longer_than_rank_timeout_does_not_fail_the_job(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    # every step checkpoints and then validates 250 x 8 completions on the sampler rank (longer than 5 s),
+    # while the follower trainer waits for the master and the master for the sampler
+    result = torchrun(3, out, "--n_samplers=1", "--rank_timeout=5", "--n_val=250", "--eval_samples=8",
+                      "--max_steps=2", "--eval_interval=1", "--ckpt_interval=1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_train_log(out)
+    assert [r["step"] for r in rows] == [0, 1, 2] and all("val_reward" in r for r in rows)
+    assert min(r["val_seconds"] for r in rows) > 5, [r["val_seconds"] for r in rows]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGSTOP"])
 def test_a_dead_or_silent_sampler_fails_the_job_naming_the_rank(tiny_model_dir, tmp_path, signal_name):
     import signal
-    import time
     out = tmp_path / "run"
     process = torchrun(2, out, "--n_samplers=1", "--max_steps=100000", "--eval_interval=1000", "--rank_timeout=5",
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -1466,11 +2314,10 @@ def test_a_dead_or_silent_sampler_fails_the_job_naming_the_rank(tiny_model_dir, 
     os.kill(sampler_pid, getattr(signal, signal_name))
     killed, output = time.time(), []
     try:
-        if signal_name == "SIGSTOP":  # alive but silent: the master's deadline names it
-            for line in process.stdout:  # silent between messages, or in the middle of a weight broadcast
+        if signal_name == "SIGSTOP":  # alive but silent: the master's heartbeat check or a deadline names it
+            for line in process.stdout:
                 output.append(line)
-                if ("train.py: rank 0: sampler rank 1 sent nothing for 5 s (rank_timeout)" in line or
-                        "train.py: rank 0: the weight broadcast with sampler rank 1 failed" in line):
+                if line.startswith("train.py: rank 0: ") and "rank 1" in line:
                     break
             assert time.time() - killed < 30, "".join(output[-50:])
             os.kill(sampler_pid, signal.SIGKILL)  # spare torchrun its grace period for a stopped process
@@ -1484,3 +2331,69 @@ def test_a_dead_or_silent_sampler_fails_the_job_naming_the_rank(tiny_model_dir, 
     assert "rank      : 1" in output, output[-3000:]  # torchrun's summary names the failed rank too
     if signal_name == "SIGKILL":  # dead: torchrun sees the exit at once and stops the job
         assert "exitcode  : -9" in output, output[-3000:]
+
+
+# =============================================================================
+# harnesses: this file under torchrun (torchrun_harness), one layout of train.py per run, on CPU and gloo
+
+
+def end_harness(layout):
+    """The protocol's last messages (the master's "stop", a sampler's "bye"), then distributed.finish."""
+    if layout.mailbox:
+        if layout.rank == 0:
+            for rank in range(1, layout.world):
+                layout.mailbox.send(rank, ("stop",))
+        else:
+            assert layout.mailbox.get(0, "the master (rank 0)") == ("stop",)
+            if layout.role == "sampler":
+                layout.mailbox.send(0, ("bye",))
+    distributed.finish(layout)
+
+
+def harness_fixed_batch(out, model_dir, *config):
+    """One train_step of fixed_batch() in train.py's layout for `config` -> the master saves the loss, the
+    grad norm and the full gradients to `out`."""
+    train.configure(list(config) + ["--grad_clip=1e9"])
+    layout = distributed.setup(train.n_samplers, 60.0, "cpu", "torch")
+    if layout.role != "sampler":  # a sampler rank takes no part in the gradient
+        stats, grads = recorded_step(model_dir, fixed_batch(len(data.load_tokenizer(model_dir))), layout)
+        if layout.rank == 0:
+            torch.save(dict(loss=stats["loss"], grad_norm=stats["grad_norm"], grads=grads), out)
+    end_harness(layout)
+
+
+def harness_buckets(out, *bucket_sizes):
+    """2 FSDP2 trainers push a ~80 MB fp32 Llama to 1 sampler rank in buckets of each size; every rank
+    measures its peak resident memory above what it held before each push -> out/rank<r>.pt."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    layout = distributed.setup(1, 60.0, "cpu", "torch")
+    torch.manual_seed(1 if layout.role == "sampler" else 0)  # the sampler starts from other weights
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=6000, hidden_size=512, intermediate_size=1536,
+                                         num_hidden_layers=4, num_attention_heads=8, tie_word_embeddings=False))
+    if layout.role != "sampler":
+        distributed.shard(model, torch.float32, root=L.TokenLogprobs(model))
+    params, result = dict(model.named_parameters()), dict(extra={}, received={})
+    for size in map(int, bucket_sizes):
+        plan = distributed.weight_plan(model, size, torch.float32)
+        gc.collect()
+        peak = peak_rss_reset()
+        before = peak()
+        if layout.role == "sampler":
+            with torch.no_grad():
+                for name, t in distributed.receive_buckets(layout.weight_group, plan, torch.float32, "cpu", 60):
+                    params[name].copy_(t)
+        else:
+            for flat in distributed.weight_buckets(model, plan, torch.float32):
+                if flat is not None:  # the master
+                    distributed.broadcast(layout.weight_group, flat, 60, "sampler rank 2")
+        result["extra"][size] = peak() - before
+        if layout.role == "sampler":
+            result["received"][size] = {n: p.detach().clone() for n, p in params.items()}
+    if layout.role != "sampler":  # the reference: the trainers' weights, gathered on the master
+        result["full"] = {n: distributed.gather_to_master(p, torch.float32) for n, p in params.items()}
+    torch.save(result, os.path.join(out, f"rank{layout.rank}.pt"))
+    end_harness(layout)
+
+
+if __name__ == "__main__":
+    {"fixed_batch": harness_fixed_batch, "buckets": harness_buckets}[sys.argv[1]](*sys.argv[2:])

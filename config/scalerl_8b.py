@@ -1,16 +1,20 @@
 # The paper's ScaleRL run (Khatri et al. 2025, sec. 4 and appendix): an 8B dense model, 48 prompts x 16
 # generations, 12,288 thinking + 2,048 answer tokens, CISPO, prompt-average, batch-normalised advantages.
-# Pass the model and data: python train.py config/scalerl_8b.py --model_path=/models/... --data_path=/data/polaris.jsonl
-# Paper hardware: 80 GPUs, 64 generating and 16 training; here one GPU time-shares unless run under
-# torchrun with --n_samplers (see README).
+# GPUs: at least 8 of ~80-141 GiB, e.g. 2 FSDP2 trainers + 6 vLLM samplers (memory plan for Qwen3-8B on
+# H200s: 77 GiB per trainer, 121 GiB per sampler; README "Many GPUs"). It does not fit on one GPU.
+#   torchrun --standalone --nproc_per_node=8 train.py config/scalerl_8b.py --model_path=... --data_path=... --n_samplers=6
+# Paper hardware: 80 GPUs, 64 generating and 16 training.
 out_dir = "out-scalerl-8b"
 device = "cuda"
-dtype = "bfloat16"
+dtype = "bfloat16"              # compute; parameters and AdamW state stay fp32
 sampler = "vllm"
 sampler_slots = 768
+checkpoint_activations = True
+micro_batch = 0                 # no row cap: micro-batches by tokens
+micro_batch_tokens = 16384      # one full-length completion per forward/backward
+n_train = 0                     # every row of the dataset (Polaris-53K) trains
 prompts_per_step = 48
 samples_per_prompt = 16
-micro_batch = 16
 lr = 5e-7
 warmup_steps = 100
 weight_decay = 0.01
