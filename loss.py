@@ -21,6 +21,25 @@ from torch.utils.checkpoint import checkpoint
 # -----------------------------------------------------------------------------
 # log-probs with an fp32 LM head
 
+class _BF16HeadFP32Logits(torch.autograd.Function):
+    """(n, H) bf16 hidden x (V, H) bf16 weight -> (n, V) fp32 logits: bf16 products accumulated and
+    returned in fp32 (torch.mm(..., out_dtype=float32), CUDA only in torch 2.13). That overload has no
+    derivative ("derivative for aten::mm is not implemented"), so the backward is written out: the
+    upstream fp32 gradient cast to bf16, two bf16 matmuls (fp32 accumulation inside), as the rest of a
+    bf16 model's backward does."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight):
+        ctx.save_for_backward(hidden, weight)
+        return torch.mm(hidden, weight.t(), out_dtype=torch.float32)
+
+    @staticmethod
+    def backward(ctx, grad):
+        hidden, weight = ctx.saved_tensors
+        grad = grad.to(weight.dtype)
+        return grad @ weight, grad.t() @ hidden
+
+
 def head_weight(model, fp32_head=True):
     """The LM head's weight as lm_head_logits takes it: upcast to fp32 once (per decode step or micro-batch,
     not per chunk) where the matmul runs in IEEE fp32 (CPUs); as stored where a bf16 matmul accumulates in
@@ -49,8 +68,9 @@ def lm_head_logits(model, hidden, temperature=1.0, fp32_head=True, weight=None):
         elif weight.dtype == torch.float32:
             logits = F.linear(hidden.float(), weight, None if bias is None else bias.float())
         else:  # GPU: bf16 operands, fp32 accumulation and output
-            flat = torch.mm(hidden.reshape(-1, hidden.shape[-1]).to(weight.dtype), weight.t(), out_dtype=torch.float32)
-            logits = flat.view(*hidden.shape[:-1], -1) + (0.0 if bias is None else bias.float())
+            flat = _BF16HeadFP32Logits.apply(hidden.reshape(-1, hidden.shape[-1]).to(weight.dtype), weight)
+            logits = flat.view(*hidden.shape[:-1], -1)
+            logits = logits if bias is None else logits + bias.float()
     return logits / temperature  # the temperature sits right before the log-softmax
 
 

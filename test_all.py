@@ -660,6 +660,29 @@ def test_fp32_head_switch_changes_the_numerics_of_a_bf16_model():
         assert (L.token_logprobs(model, ids, fp32_head=True) - exact).abs().max() < 1e-5
 
 
+def test_the_gpu_fp32_head_has_a_backward_and_its_gradients_are_the_fp32_ones_to_bf16_precision():
+    """GPUs take the fp32 head as bf16 operands with fp32 accumulation (torch.mm(..., out_dtype)), whose
+    own autograd fails; the meta device runs that exact forward and our backward without a GPU."""
+    hidden = torch.randn(6, 64, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    weight = torch.randn(50, 64, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    with pytest.raises(RuntimeError, match="not implemented"):  # the failure, as torch ships it
+        torch.mm(hidden, weight.t(), out_dtype=torch.float32).sum().backward()
+    logits = L._BF16HeadFP32Logits.apply(hidden, weight)
+    assert logits.dtype == torch.float32 and logits.shape == (6, 50)
+    logits.sum().backward()
+    assert hidden.grad.shape == hidden.shape and weight.grad.dtype == torch.bfloat16
+    # the backward's numbers, on CPU: against autograd through fp32 matmuls of the same bf16 values
+    h = torch.randn(6, 64).to(torch.bfloat16).requires_grad_()
+    w = torch.randn(50, 64).to(torch.bfloat16).requires_grad_()
+    g = torch.randn(6, 50)
+    ctx = type("Ctx", (), dict(saved_tensors=(h.detach(), w.detach())))()
+    grad_h, grad_w = L._BF16HeadFP32Logits.backward(ctx, g)
+    h32, w32 = h.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    (h32 @ w32.t()).backward(g)
+    assert torch.allclose(grad_h.float(), h32.grad, rtol=2e-2, atol=2e-2 * h32.grad.abs().max().item())
+    assert torch.allclose(grad_w.float(), w32.grad, rtol=2e-2, atol=2e-2 * w32.grad.abs().max().item())
+
+
 def test_zero_variance_filter_drops_groups_with_equal_rewards():
     rewards = torch.tensor([[1., 1, 1], [1, -1, 1], [-1, -1, -1], [-1, 1, 1]])
     assert L.zero_variance_mask(rewards).tolist() == [False, True, False, True]
