@@ -2110,6 +2110,17 @@ def test_train_with_the_vllm_sampler_pushes_weights_in_flight_and_matches_the_tr
     assert all(r["logprob_mismatch"] < 0.05 for r in rows[1:])
 
 
+@pytest.mark.slow
+def test_the_one_gpu_check_runs_its_code_paths_on_cpu_at_toy_sizes():
+    result = subprocess.run([sys.executable, "benchmarks/gpu_single.py", "--small", "--device=cpu"], cwd=REPO,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    for path in ("fsdp2", "single"):  # FSDP2 at world size 1 (foreach AdamW on DTensors) and one process
+        assert figures[path]["push_exact"] and figures[path]["changed"] >= 0.99, figures[path]
+        assert figures[path]["logprob_gap_max"] < 1e-2  # bf16 trainer against the bf16 sampler, lag 0
+
+
 # =============================================================================
 # distributed.py
 

@@ -413,7 +413,9 @@ def evaluate(samplers, rollouts, task, layout):
     """Pass rate on the held-out prompts x eval_samples, sampled like training (same temperature and
     length control: the paper's mean@16 is sampled), overall and per domain (several datasets), on the
     training samplers (their unfinished training groups keep decoding and wait in `rollouts`) -> the log's
-    validation keys, and the training tokens generated meanwhile. Data-parallel ranks each take their share."""
+    validation keys (val_seconds: its wall time), and the training tokens generated meanwhile. Data-parallel
+    ranks each take their share."""
+    started = time.time()
     for i, prompt in enumerate(task.val_prompts):
         samplers.add(("val", i), prompt.input_ids, eval_samples)
     pairs, tokens, val_tokens, done = [], 0, 0, 0
@@ -435,7 +437,7 @@ def evaluate(samplers, rollouts, task, layout):
     if layout.role == "data_parallel":  # every rank evaluated its share
         counts = distributed.all_reduce_sums({k: counts[k] for k in sorted(
             f"{kind}{d}" for kind in ("correct", "total") for d in [""] + [f"_{d}" for d in task.domains])})
-    result = dict(val_reward=counts["correct"] / counts["total"])
+    result = dict(val_reward=counts["correct"] / counts["total"], val_seconds=time.time() - started)
     if len(task.domains) > 1:
         result.update({f"val_reward_{d}": counts[f"correct_{d}"] / max(counts[f"total_{d}"], 1) for d in task.domains})
     return result, tokens - val_tokens
@@ -457,9 +459,16 @@ def logged_step(state):
     return max((r.get("step", -1) for r in rows if r.get("step", -1) <= state["step"]), default=-1)
 
 
-def open_log(state, header):
-    """The master's log.jsonl. A new run writes the header line; a resumed one drops the lines written
-    after its checkpoint (a hard kill's leftovers)."""
+def open_log(state, header, task):
+    """The master's config.json and log.jsonl. A new run writes the header line (the config, and the
+    sandbox's isolation when code rewards run); a resumed one drops the lines written after its
+    checkpoint (a hard kill's leftovers)."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(header["config"], f, indent=1)
+    if any(p.code for p in task.prompts + task.val_prompts):  # which isolation the code rewards run under
+        header["sandbox"] = sandbox.isolation()
+        print("sandbox: " + "; ".join(f"{k} {v}" for k, v in header["sandbox"].items()), flush=True)
     path = os.path.join(out_dir, "log.jsonl")
     history = defaultdict(list)
     if state:
@@ -719,23 +728,14 @@ if __name__ == "__main__":
     samplers.version = step
     slots = sampler_slots * max(layout.samplers, 1) + (local_prompts * samples_per_prompt if layout.samplers else 0)
     counters = state["counters"] if state else dict(train_seconds=0.0, flops=0.0, tokens=0)
-    if master:
-        os.makedirs(out_dir, exist_ok=True)
-        with open(os.path.join(out_dir, "config.json"), "w") as f:
-            json.dump(config, f, indent=1)
-        header = dict(config=config, n_params=n_params, world=layout.world)
-        if any(p.code for p in task.prompts + task.val_prompts):  # which isolation the code rewards run under
-            header["sandbox"] = sandbox.isolation()
-            print("sandbox: " + "; ".join(f"{k} {v}" for k, v in header["sandbox"].items()), flush=True)
-        log = open_log(state, header)
+    log = open_log(state, dict(config=config, n_params=n_params, world=layout.world), task) if master else None
     t_start, generated = time.time(), 0
     if step == 0 or logged_step(state) < step:  # R0, or a resumed step whose row a crash kept from the log
         row = dict(state["row"]) if state else dict(step=0, gpu_hours=0.0, flops=0.0, tokens=0)
         if step % eval_interval == 0 or state["last"]:
-            t_val = time.time()
             scores, generated = evaluate(samplers, rollouts, task, layout)
-            row.update(scores, val_seconds=time.time() - t_val)
-        if master:
+            row.update(scores)
+        if log:
             log_step(log, row, t_start)
 
     segment_start = time.time()
@@ -778,10 +778,9 @@ if __name__ == "__main__":
                 step=step, counters=counters, shares=distributed.gather_objects(shares[0]) if dp else shares,
                 world=layout.world, config=config, row=row, last=last))
         if step % eval_interval == 0 or last:
-            t_val = time.time()
             scores, generated = evaluate(samplers, rollouts, task, layout)
-            row.update(scores, val_seconds=time.time() - t_val)
-        if master:
+            row.update(scores)
+        if log:
             log_step(log, row, t_start)
         segment_start = time.time()  # validation and checkpoints are not training compute
         if last:
@@ -794,6 +793,6 @@ if __name__ == "__main__":
         samplers.stop()
         for rank in range(1, layout.trainers):
             layout.mailbox.send(rank, ("stop",))
-    if master:
+    if log:
         log.file.close()
     distributed.finish(layout)
