@@ -176,7 +176,7 @@ def finish(layout):
     for group in (layout.weight_group, layout.mailbox and layout.mailbox.group):
         if group is not None:
             group.shutdown()
-    if layout.role in ("master", "follower", "data_parallel"):  # the trainers. group (vLLM owns any other)
+    if layout.role in ("master", "follower", "data_parallel"):  # the trainers' group (vLLM owns any other)
         dist.destroy_process_group()
 
 # -----------------------------------------------------------------------------
