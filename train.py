@@ -210,7 +210,8 @@ class Rollouts:
         group unable to meet its deadline (at P groups a step, the j-th earliest remaining deadline needs
         step + 1 + j // P <= it): then it waits for the stragglers. Hand-outs stop at (k+1) P untrained
         groups, which keeps every deadline reachable. So the lag never exceeds k, in any finishing order.
-      PPO-off-policy-k: k P prompts under one policy; once all are finished, k steps of P each.
+      PPO-off-policy-k: k P prompts under one policy; once all are finished, k steps of P each (each
+        step normalises its advantages over its own P groups, not over the round's k P: ours).
     Validation groups (prompt ids ("val", i)) share the samplers; collect() hands them back."""
 
     def __init__(self, curriculum, prompts, group_size, batch_size, max_lag, mode, requeue=()):
