@@ -2080,7 +2080,7 @@ def test_math_and_code_in_one_run_log_a_validation_reward_per_domain_and_the_san
     out = tmp_path / "run"
     result = subprocess.run([sys.executable, "train.py", "config/math_code_cpu.py", f"--out_dir={out}", "--max_steps=3",
                              "--eval_interval=3", "--prompts_per_step=8"], cwd=REPO, capture_output=True, text=True,
-                            timeout=300)
+                            timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     with open(out / "log.jsonl") as f:
         header, *rows = [json.loads(line) for line in f]
@@ -2114,7 +2114,7 @@ def test_train_with_the_vllm_sampler_pushes_weights_in_flight_and_matches_the_tr
 @pytest.mark.slow
 def test_the_one_gpu_check_runs_its_code_paths_on_cpu_at_toy_sizes():
     result = subprocess.run([sys.executable, "benchmarks/gpu_single.py", "--small", "--device=cpu"], cwd=REPO,
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     for path in ("fsdp2", "single"):  # FSDP2 at world size 1 (foreach AdamW on DTensors) and one process
@@ -2125,7 +2125,7 @@ def test_the_one_gpu_check_runs_its_code_paths_on_cpu_at_toy_sizes():
 @pytest.mark.slow
 def test_the_leave_one_out_study_runs_end_to_end_in_quick_mode(tiny_model_dir):
     result = subprocess.run([sys.executable, "benchmarks/loo_study.py", "--quick"], cwd=REPO, capture_output=True,
-                            text=True, timeout=600)
+                            text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     table = result.stdout.split("| config |", 1)[1].splitlines()
     assert [line.split("|")[1].strip() for line in table[2:4]] == ["recipe", "loo_dapo"]
