@@ -17,7 +17,9 @@ copied to docs/loo_study/logs/; docs/loo_study/<config>.csv holds each config's 
 refits the table. Choices (ours), stated in the report: compute is `flops` (2N a generated, 6N a trained
 token), not gpu_hours: two runs share the two cores, and wall time on a shared machine measures the
 neighbours; lr 1e-4 rather than train.py's 3e-5, so that the recipe saturates inside the budget and A is
-measured rather than extrapolated; 120 steps, validation every 10 on 200 held-out prompts x 8 samples.
+measured rather than extrapolated; 120 steps, validation every 10 on 200 held-out prompts x 8 samples;
+1,000 training prompts rather than 4,000, so that 120 steps of 32 make ~4 epochs and No-Positive-Resampling,
+which retires a prompt for the epochs after its pass rate reaches 0.9, can act at all.
 """
 
 import argparse
@@ -36,7 +38,7 @@ sys.path.insert(0, REPO)
 import fit_curve  # noqa: E402
 
 BASE = ["--lr=1e-4", "--warmup_steps=5", "--max_steps=120", "--eval_interval=10", "--ckpt_interval=40",
-        "--max_minutes=0"]
+        "--max_minutes=0", "--n_train=1000"]
 QUICK = ["--lr=1e-4", "--warmup_steps=2", "--max_steps=12", "--eval_interval=2", "--ckpt_interval=6",
          "--max_minutes=0", "--n_val=40", "--eval_samples=4", "--prompts_per_step=16"]
 # what the paper found when it left each choice out (SCALERL.md, the abstract's finding (2), sec. 3-4)
