@@ -252,7 +252,8 @@ class Rollouts:
         if self.mode == "ppo" and len(self.finished) < len(self.pending):
             return None  # the whole round first: one policy generated it
         if self.mode == "pipeline":
-            deadlines = sorted(v0 + self.k for t, (_, v0) in self.pending.items() if t not in set(tickets))
+            chosen = set(tickets)
+            deadlines = sorted(v0 + self.k for t, (_, v0) in self.pending.items() if t not in chosen)
             if any(version + 1 + j // self.P > d for j, d in enumerate(deadlines)):
                 return None  # a straggler must join this step or the next ones in time: wait for it
         batch = [self.finished.pop(t) for t in tickets]
@@ -635,8 +636,8 @@ def make_sampler(path, task, layout, version, policy=None):
         max_len = max(len(p.input_ids) for p in task.prompts + task.val_prompts) + knobs["max_new_tokens"] + \
             len(knobs["interrupt_ids"])
         share = vllm_gpu_memory_own if layout.role == "sampler" else vllm_gpu_memory
-        memory = dict(gpu_memory_utilization=share) if device == "cuda" else dict(kv_cache_memory_bytes=1 << 30)
-        handle = VLLMSampler(path, engine_kwargs=dict(dtype=dtype, max_model_len=max_len, **memory), **knobs)
+        budget = dict(gpu_memory_utilization=share) if device == "cuda" else dict(kv_cache_memory_bytes=1 << 30)
+        handle = VLLMSampler(path, engine_kwargs=dict(dtype=dtype, max_model_len=max_len, **budget), **knobs)
         tokens, sequences = handle.engine.kv_capacity()
         print(f"rank {layout.rank}: vLLM's KV cache holds {tokens:,} tokens, {sequences:.0f} sequences of the full "
               f"{max_len} tokens, for sampler_slots={sampler_slots}" + ("" if sequences >= sampler_slots else
