@@ -8,6 +8,7 @@ by hand in the comments beside them. At the bottom, the harnesses that torchrun 
 one layout of train.py each (`python -m torch.distributed.run ... test_all.py fixed_batch ...`)."""
 
 import copy
+import errno
 import gc
 import hashlib
 import json
@@ -1182,7 +1183,10 @@ def test_writes_into_the_repository_and_home_are_refused_and_tmp_is_private():
                "    except OSError as e:\n        print('refused', e.errno)\n"
                "open('scratch.txt', 'w').write('fine')\nprint(os.path.exists('scratch.txt'))")
     result = sandbox.run(["-c", program], timeout=DEADLINE)
-    assert result.returncode == 0 and result.stdout.count(b"refused 13") == 3 and result.stdout.endswith(b"True\n")
+    # EACCES as a rule; ENOENT where the repository itself lies under /tmp (the sandbox's /tmp is its own)
+    lines = result.stdout.decode().splitlines()
+    assert result.returncode == 0 and lines[3] == f"wrote {targets[3]}" and lines[4] == "True", lines
+    assert all(line in (f"refused {errno.EACCES}", f"refused {errno.ENOENT}") for line in lines[:3]), lines
     assert not any(os.path.exists(path) for path in targets[:2] + targets[3:]) and open(targets[2]).read() == before
 
 

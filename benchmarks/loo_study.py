@@ -9,8 +9,9 @@ sigmoid per run and per config, its comparison rule against the recipe, and the 
 
 Runs go to runs/loo/<config>/seed<k>/ (gitignored; two at a time, one thread each). A run whose log already
 reaches its last step is kept, one with a checkpoint resumes, any other starts again: stop it and run it
-again at will. The report, docs/loo_study.md and docs/loo_study.png, is written from the logs, which are
-copied to docs/loo_study/logs/; docs/loo_study/<config>.csv holds each config's seed-averaged curve, so
+again at will. The report, docs/loo_study/table.md and docs/loo_study.png (docs/loo_study.md reads them), is
+written from the logs, which are copied to docs/loo_study/logs/; docs/loo_study/<config>.csv holds each
+config's seed-averaged curve, so
 
     python fit_curve.py docs/loo_study/*.csv --x=flops
 
