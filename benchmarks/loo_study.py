@@ -25,6 +25,7 @@ which retires a prompt for the epochs after its pass rate reaches 0.9, can act a
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -114,8 +115,10 @@ def report(study_dir, names, seeds, doc_dir, settings):
             error = float(np.abs(fit_curve.sigmoid(x[later], half.R0, half.A, half.B, half.C_mid) - y[later]).mean())
         except ValueError:  # fewer than 4 points in the first half (--quick)
             error = float("nan")
+        steps = [json.loads(open(log).readlines()[-1])["step"] for log in logs]  # a run may stop early (NPR)
         rows.append(dict(name=name, R0=fit.R0, A=fit.A, A_lo=interval["A"][0], A_hi=interval["A"][1], B=fit.B,
-                         C_mid=fit.C_mid, seed_A=seed_A, extrapolation_error=error))
+                         B_lo=interval["B"][0], B_hi=interval["B"][1], C_mid=fit.C_mid, seed_A=seed_A,
+                         extrapolation_error=error, steps=steps))
     for row in rows[1:]:  # the paper's rule, each against the recipe
         ranking = fit_curve.rank_runs(["recipe", row["name"]], [curves["recipe"], curves[row["name"]]],
                                       [fits["recipe"], fits[row["name"]]])
@@ -129,13 +132,14 @@ def report(study_dir, names, seeds, doc_dir, settings):
     fit_curve.plot_fits(os.path.join(os.path.dirname(doc_dir), "loo_study.png"),
                         [dict(name=n, x=curves[n][0], y=curves[n][1], fit=fits[n]) for n in names],
                         "flops", "val_reward (mean over seeds)")
-    lines = ["| config | R0 | A [95% bootstrap] | B | C_mid (FLOPs) | A per seed (spread) | vs the recipe | "
-             "extrapolation error | the paper |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| config | steps | R0 | A [95% bootstrap] | B [95%] | C_mid (FLOPs) | A per seed (spread) | vs the recipe | "
+             "extrapolation error | the paper |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         spread = f"{', '.join(f'{a:.3f}' for a in r['seed_A'])} ({max(r['seed_A']) - min(r['seed_A']):.3f})"
-        lines.append(f"| {r['name']} | {r['R0']:.3f} | {r['A']:.3f} [{r['A_lo']:.3f}, {r['A_hi']:.3f}] | {r['B']:.2f} | "
-                     f"{r['C_mid']:.3g} | {spread} | {r.get('verdict', '-')} | {r['extrapolation_error']:.3f} | "
-                     f"{PAPER.get(r['name'], '')} |")
+        error = "n/a" if math.isnan(r["extrapolation_error"]) else f"{r['extrapolation_error']:.3f}"
+        lines.append(f"| {r['name']} | {', '.join(map(str, r['steps']))} | {r['R0']:.3f} | {r['A']:.3f} [{r['A_lo']:.3f}, "
+                     f"{r['A_hi']:.3f}] | {r['B']:.2f} [{r['B_lo']:.2f}, {r['B_hi']:.2f}] | {r['C_mid']:.3g} | {spread} | "
+                     f"{r.get('verdict', '-')} | {error} | {PAPER.get(r['name'], '')} |")
     with open(os.path.join(doc_dir, "table.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(doc_dir, "settings.json"), "w") as f:
