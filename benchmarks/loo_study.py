@@ -61,6 +61,10 @@ def configs():
 
 
 def finished(out, steps):
+    """train.py exited cleanly here (the study marks it: No-Positive-Resampling may stop a run before its last
+    step), or the log reaches that step."""
+    if os.path.exists(os.path.join(out, "done")):
+        return True
     try:
         with open(os.path.join(out, "log.jsonl")) as f:
             return json.loads(f.readlines()[-1]).get("step") == steps
@@ -82,6 +86,7 @@ def run(config, seed, out, settings):
     with open(os.path.join(os.path.dirname(out), f"seed{seed}.txt"), "w") as output:
         subprocess.run([sys.executable, "train.py", *args], cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT,
                        check=True)
+    open(os.path.join(out, "done"), "w").close()
     print(f"{config} seed {seed}: done", flush=True)
     return out
 
