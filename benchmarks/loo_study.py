@@ -3,7 +3,7 @@ The paper's leave-one-out study at toy scale, as one command (ScaleRL sec. 4): t
 config/loo_*.py, over several seeds, on the built-in task at a fixed budget per run; then fit_curve.py's
 sigmoid per run and per config, its comparison rule against the recipe, and the extrapolation check.
 
-    python benchmarks/loo_study.py               # 9 configs x 3 seeds, ~2 h on 2 cores, then the report
+    python benchmarks/loo_study.py               # 9 configs x 3 seeds, ~2.5 h on 2 cores, then the report
     python benchmarks/loo_study.py --quick       # 2 configs x 1 seed x 12 steps into a temporary dir: minutes
     python benchmarks/loo_study.py --report      # the report again from the logs already there
 
