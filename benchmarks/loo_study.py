@@ -60,16 +60,19 @@ def configs():
     return ["recipe"] + files
 
 
+def last_step(log):
+    """The step of a train.py log's last line (None if the log is missing or empty)."""
+    try:
+        with open(log) as f:
+            return json.loads(f.readlines()[-1]).get("step")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def finished(out, steps):
     """train.py exited cleanly here (the study marks it: No-Positive-Resampling may stop a run before its last
     step), or the log reaches that step."""
-    if os.path.exists(os.path.join(out, "done")):
-        return True
-    try:
-        with open(os.path.join(out, "log.jsonl")) as f:
-            return json.loads(f.readlines()[-1]).get("step") == steps
-    except (OSError, IndexError, ValueError):
-        return False
+    return os.path.exists(os.path.join(out, "done")) or last_step(os.path.join(out, "log.jsonl")) == steps
 
 
 def run(config, seed, out, settings):
@@ -120,7 +123,7 @@ def report(study_dir, names, seeds, doc_dir, settings):
             error = float(np.abs(fit_curve.sigmoid(x[later], half.R0, half.A, half.B, half.C_mid) - y[later]).mean())
         except ValueError:  # fewer than 4 points in the first half (--quick)
             error = float("nan")
-        steps = [json.loads(open(log).readlines()[-1])["step"] for log in logs]  # a run may stop early (NPR)
+        steps = [last_step(log) for log in logs]  # a run may stop early (NPR)
         rows.append(dict(name=name, R0=fit.R0, A=fit.A, A_lo=interval["A"][0], A_hi=interval["A"][1], B=fit.B,
                          B_lo=interval["B"][0], B_hi=interval["B"][1], C_mid=fit.C_mid, seed_A=seed_A,
                          extrapolation_error=error, steps=steps))
