@@ -217,7 +217,7 @@ class Heartbeat:
             count, changed = latest, now
         self.seen[peer] = (count, changed, now)
         if now - changed > self.timeout_s:
-            raise RankError(f"{who} shows no sign of life for {self.timeout_s:.0f} s (rank_timeout): dead or stopped")
+            raise RankError(f"{who} shows no sign of life for {self.timeout_s:g} s (rank_timeout): dead or stopped")
 
     def close(self):
         self.stopping.set()
