@@ -1,10 +1,8 @@
 """
-The multi-process layout of train.py, on plain torch.distributed under torchrun (one node or many):
+The multi-process layout of train.py on plain torch.distributed (torchrun, one node or many). With
+`torchrun --nproc_per_node=N train.py --n_samplers=S`, T = N - S ranks train:
 
-    torchrun --nproc_per_node=N train.py --n_samplers=S        (T = N - S trainer ranks)
-
-    role            ranks          what it does
-    master          0              trains its share of every batch (FSDP2 with the followers); owns the
+    master          rank 0         trains its share of every batch (FSDP2 with the followers); owns the
                                    curriculum, the log, validation and checkpoints; hands prompts to the
                                    samplers and pushes them the weights after every step
     follower        1 .. T-1       trains its share of the batches the master sends
@@ -12,20 +10,15 @@ The multi-process layout of train.py, on plain torch.distributed under torchrun 
     data_parallel   all, if S = 0  each rank samples and trains its own share of the prompts
     single          python train.py: sampler and trainer take turns in one process
 
-Four channels, none of them a default process group over the whole job (an in-process vLLM engine on
-a sampler rank adopts such a group as its own world and waits for ranks that never come):
+Four channels, none a default group over the whole job (an in-process vLLM engine adopts such a group):
     trainer group   the trainers' default group (gloo for CPU tensors, NCCL for CUDA): FSDP2, the stats
-    control group   gloo over every rank, CPU tensors only: Mailbox messages (prompts to generate,
-                    finished groups with their token ids / log-probs / versions / masks as arrays, the
-                    batch for the followers, stop). Each rank receives on one thread per peer.
+    control group   gloo over every rank: Mailbox messages (prompts, finished groups as arrays, the batch for
+                    the followers, stop), received on one thread per peer
     weight group    the master and the samplers (NCCL on GPUs, gloo on CPU): the weights in buckets
-    heartbeat       a counter per rank in torchrun's store, bumped every second by a thread. A rank that
-                    waits on a peer waits as long as the peer's counter moves (it may be validating for
-                    hours); a counter that stands still for rank_timeout fails the job naming the rank.
-Every failure a peer causes surfaces as a RankError that names it; train.py prints it and exits 1.
+    heartbeat       a counter per rank in torchrun's store, bumped every second by a thread: a rank waits on a
+                    peer for as long as its counter moves (it may validate for hours), and names it once the
+                    counter stands still for rank_timeout. Every failure a peer causes is a RankError naming it.
 """
-
-import copy
 import datetime
 import os
 import pickle
@@ -52,8 +45,7 @@ class RankError(RuntimeError):
 
 
 def rank_error_hook(rank):
-    """sys.excepthook for train.py: a RankError is one line naming the peer and exit code 1 at once (the
-    peer may hold collectives open: no clean-up is attempted); anything else is a normal traceback."""
+    """sys.excepthook: a RankError is one line and exit code 1 at once (no clean-up: peers may hold collectives)."""
     def hook(kind, error, traceback):
         if issubclass(kind, RankError):
             print(f"train.py: rank {rank}: {error}", file=sys.stderr, flush=True)
@@ -87,9 +79,8 @@ def gpu_for(local_rank, visible):
 
 
 def place(n_samplers, sampler, device_type):
-    """Before anything initialises CUDA: refuse layouts that would put two ranks (so two vLLM engines, or
-    an engine beside a trainer) on one GPU, and let a vLLM sampler rank see only its own GPU (an
-    in-process engine takes cuda:0 of what it sees). Raises ValueError with a one-line reason."""
+    """Before anything initialises CUDA: refuse (ValueError) layouts that would put two ranks on one GPU, and
+    let a vLLM sampler rank see only its own GPU (an in-process engine takes cuda:0 of what it sees)."""
     world, local_world = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     if sampler == "vllm" and n_samplers == 0 and world > 1:
         raise ValueError("sampler='vllm' with n_samplers=0 would start one vLLM engine per data-parallel rank "
@@ -133,9 +124,8 @@ def setup(n_samplers, timeout_s, device_type, sampler):
     # control: no timeout of its own (a receiving thread waits for as long as the sender lives; liveness is
     # the heartbeat's job); sends carry rank_timeout
     control = dist.ProcessGroupGloo(dist.PrefixStore("scalerl/control", store), rank, world, datetime.timedelta(days=30))
-    peers = range(1, world) if rank == 0 else [0]  # the master talks to everyone, the others to the master
-    senders = range(trainers, world) if rank == 0 else [0]  # the master hears from the samplers only
-    mailbox = Mailbox(control, peers, senders, timeout_s, heartbeat)
+    senders = range(trainers, world) if rank == 0 else [0]  # the master hears from the samplers, the others from it
+    mailbox = Mailbox(control, senders, timeout_s, heartbeat)
     weight_group = None
     if rank == 0 or rank >= trainers:  # the master is rank 0 of it, samplers follow
         group_rank, size = (0 if rank == 0 else rank - trainers + 1), n_samplers + 1
@@ -166,16 +156,12 @@ def master_first(layout, build):
 
 
 def finish(layout):
-    """Tear down in order, so that nothing outlives __main__ (a thread or group alive at interpreter exit
-    aborts the process: "terminate called without an active exception"): the receiving threads (every
-    peer has sent its last message), the heartbeat, the point-to-point groups, the trainers' group."""
-    if layout.mailbox:
-        layout.mailbox.close()
-    if layout.heartbeat:
-        layout.heartbeat.close()
-    for group in (layout.weight_group, layout.mailbox and layout.mailbox.group):
-        if group is not None:
-            group.shutdown()
+    """Tear down in order, so that nothing outlives __main__ (at interpreter exit that aborts the process:
+    "terminate called without an active exception"): receiving threads, heartbeat, groups."""
+    for part in filter(None, (layout.mailbox, layout.heartbeat)):  # the threads end: every peer said its last
+        part.close()
+    for group in filter(None, (layout.weight_group, layout.mailbox and layout.mailbox.group)):
+        group.shutdown()
     if layout.role in ("master", "follower", "data_parallel"):  # the trainers' group (vLLM owns any other)
         dist.destroy_process_group()
 
@@ -183,9 +169,8 @@ def finish(layout):
 # liveness and messages
 
 class Heartbeat:
-    """Every rank bumps scalerl/alive/<rank> in torchrun's store once a second from a thread, whatever the
-    main thread is doing (validation, a checkpoint, a long step). check(peer) fails when the peer's counter
-    has not moved for timeout_s: its process is gone or stopped, not merely busy."""
+    """A thread bumps scalerl/alive/<rank> in torchrun's store every period_s, whatever the main thread does.
+    check(peer) fails when the peer's counter has not moved for timeout_s: gone or stopped, not merely busy."""
 
     def __init__(self, rank, timeout_s, period_s=1.0):
         self.timeout_s, self.period_s, self.seen = timeout_s, period_s, {}
@@ -224,49 +209,34 @@ class Heartbeat:
         self.thread.join()
 
 
+def convert(x, to_arrays):
+    """A message's Groups with their per-token lists as arrays (token ids and versions int32, log-probs fp32,
+    masks bool: 13 bytes a token) or, to_arrays False, as lists again (what sample.py and train.py use)."""
+    if isinstance(x, Group):
+        as_ = (lambda v, t: np.asarray(v, t)) if to_arrays else (lambda v, t: v.tolist())
+        return replace(x, prompt_ids=as_(x.prompt_ids, np.int32), completions=[replace(
+            c, token_ids=as_(c.token_ids, np.int32), logprobs=as_(c.logprobs, np.float32),
+            versions=as_(c.versions, np.int32), policy_mask=as_(c.policy_mask, bool)) for c in x.completions])
+    return type(x)(convert(v, to_arrays) for v in x) if isinstance(x, (tuple, list)) else x
+
+
 def pack(message):
-    """A message (a tuple of plain values, Groups and Completions) -> one uint8 tensor. The per-token lists
-    travel as arrays (token ids and versions int32, log-probs fp32, masks bool: 13 bytes a token), as
-    pickle protocol 5's out-of-band buffers beside a small pickle: [count, lengths..., pickle, buffers...]."""
-    def to_arrays(x):
-        if isinstance(x, Group):
-            return replace(x, prompt_ids=np.asarray(x.prompt_ids, np.int32), completions=[
-                replace(c, token_ids=np.asarray(c.token_ids, np.int32), logprobs=np.asarray(c.logprobs, np.float32),
-                        versions=np.asarray(c.versions, np.int32), policy_mask=np.asarray(c.policy_mask, bool))
-                for c in x.completions])
-        return type(x)(map(to_arrays, x)) if isinstance(x, (tuple, list)) else x
-    buffers = []
-    body = pickle.dumps(to_arrays(message), protocol=5, buffer_callback=buffers.append)
-    parts = [body] + [b.raw() for b in buffers]
-    header = np.array([len(parts)] + [len(p) for p in parts], np.int64).tobytes()
-    return torch.frombuffer(bytearray(b"".join([header, *parts])), dtype=torch.uint8)
+    """A message (a tuple of plain values, Groups and Completions) -> one uint8 tensor, a pickle of arrays."""
+    return torch.frombuffer(bytearray(pickle.dumps(convert(message, True), protocol=5)), dtype=torch.uint8)
 
 
 def unpack(payload):
-    """pack's inverse; the arrays become lists again (what sample.py and train.py work with)."""
-    raw = payload.numpy().tobytes()
-    count = int(np.frombuffer(raw, np.int64, 1)[0])
-    lengths = np.frombuffer(raw, np.int64, count, 8).tolist()
-    offsets = np.cumsum([8 * (count + 1)] + lengths).tolist()
-    body, *buffers = [memoryview(raw)[a:b] for a, b in zip(offsets, offsets[1:])]
-    def to_lists(x):
-        if isinstance(x, Group):
-            return replace(x, prompt_ids=x.prompt_ids.tolist(), completions=[
-                replace(c, token_ids=c.token_ids.tolist(), logprobs=c.logprobs.tolist(),
-                        versions=c.versions.tolist(), policy_mask=c.policy_mask.tolist()) for c in x.completions])
-        return type(x)(map(to_lists, x)) if isinstance(x, (tuple, list)) else x
-    return to_lists(pickle.loads(body, buffers=buffers))
+    return convert(pickle.loads(payload.numpy().tobytes()), False)
 
 
 class Mailbox:
-    """Ordered messages between this rank and its peers over the control group (gloo, point to point): a
-    message is an int64 length and a uint8 payload (pack). One thread per sender receives into a queue, so
-    poll() never blocks: the master trains while groups arrive, samplers decode while prompts do. A
-    message whose kind is "stop" or "bye" is the sender's last; its thread ends there."""
+    """Ordered messages over the control group (gloo, point to point): an int64 length, then the payload. One
+    thread per sender receives into a queue, so poll() never blocks (the master trains while groups arrive).
+    A message of kind "stop" or "bye" is the sender's last; its thread ends there."""
 
-    def __init__(self, group, peers, senders, timeout_s, heartbeat):
+    def __init__(self, group, senders, timeout_s, heartbeat):
         self.group, self.timeout, self.heartbeat = group, datetime.timedelta(seconds=timeout_s), heartbeat
-        self.peers, self.inbox = list(peers), {src: queue.Queue() for src in senders}
+        self.inbox = {src: queue.Queue() for src in senders}
         self.threads = [threading.Thread(target=self._receive, args=(src,), name=f"mail-from-{src}", daemon=True)
                         for src in senders]
         for thread in self.threads:
@@ -291,10 +261,6 @@ class Mailbox:
         with naming_peers(f"rank {dst} did not take a message within rank_timeout (dead or stopped?)"):
             self.group.send([torch.tensor([payload.numel()])], dst, TAG).wait(self.timeout)
             self.group.send([payload], dst, TAG).wait(self.timeout)
-
-    def broadcast(self, message):
-        for dst in self.peers:
-            self.send(dst, message)
 
     def poll(self, src):
         """Every message from src that has arrived, without waiting."""
@@ -326,61 +292,7 @@ class Mailbox:
             thread.join(self.timeout.total_seconds())
 
 # -----------------------------------------------------------------------------
-# the trainer's parameters: fp32 master weights, bf16 compute, FSDP2 across trainers
-
-def shard(model, dtype, root):
-    """FSDP2 over the trainers' group, as its authors intend: every decoder layer, then the root (the
-    embeddings, the final norm and the head: `root` is the module whose forward uses them, loss.TokenLogprobs).
-    Parameters and AdamW state stay fp32 and sharded; each forward gathers the layer in `dtype` (bf16 on GPUs)
-    and gradients are reduced in fp32 (MixedPrecisionPolicy). Layers reshard after forward; the root keeps its
-    parameters gathered through the backward (FSDP2's default for the root)."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
-    for layer in model.base_model.layers:
-        fully_shard(layer, mp_policy=policy, reshard_after_forward=True)
-    fully_shard(root, mp_policy=policy)
-
-
-def compute_copy(model, dtype):
-    """One process, or data parallel, in bf16: the same numerics as FSDP2's MixedPrecisionPolicy without
-    FSDP2. `model` keeps the fp32 parameters (AdamW steps them, checkpoints save them); the returned copy
-    in `dtype` runs forward and backward (and, in one process, decodes). add_grads() after each micro-batch,
-    copy_weights() after each step. In fp32 the model is its own compute copy."""
-    return model if dtype == torch.float32 else copy.deepcopy(model).to(dtype)
-
-
-@torch.no_grad()
-def add_grads(model, compute):
-    """The compute copy's gradients of one micro-batch, added to the fp32 parameters' (accumulated in fp32)."""
-    if compute is model:
-        return
-    for p, c in zip(model.parameters(), compute.parameters()):
-        if c.grad is not None:
-            p.grad = c.grad.float() if p.grad is None else p.grad.add_(c.grad)
-            c.grad = None
-
-
-@torch.no_grad()
-def copy_weights(model, compute):
-    """After an optimizer step: the compute copy takes the new fp32 weights, rounded to its dtype."""
-    if compute is not model:
-        for p, c in zip(model.parameters(), compute.parameters()):
-            c.copy_(p)
-
-
-def sync_grads(model, n_trainers):
-    """Data parallel (plain modules): average the gradients over the trainers, one all-reduce of one flat
-    buffer. FSDP2 modules (DTensor gradients) reduce their own."""
-    grads = [p.grad for p in model.parameters() if p.grad is not None and not hasattr(p.grad, "full_tensor")]
-    if n_trainers == 1 or not grads:
-        return
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    with naming_peers("a data-parallel rank died or stopped answering"):
-        dist.all_reduce(flat)
-    flat /= n_trainers
-    for g, part in zip(grads, torch.split(flat, [g.numel() for g in grads])):
-        g.copy_(part.view_as(g))
-
+# collectives among the trainers, and the weights' way to the samplers
 
 def all_reduce_sums(sums, maxima=None):
     """{name: number} summed (and `maxima` maxed) over the trainers -> {name: float}; no-op alone."""
@@ -402,8 +314,6 @@ def gather_objects(obj):
         dist.all_gather_object(out, obj)
     return out
 
-# -----------------------------------------------------------------------------
-# weights in buckets: trainers -> master -> every sampler, never a second full copy anywhere
 
 def bucket_plan(shapes, bucket_bytes, element_size):
     """[(name, shape)] in order -> buckets [[(name, shape), ...], ...]: consecutive tensors while they fit in
@@ -417,50 +327,6 @@ def bucket_plan(shapes, bucket_bytes, element_size):
         buckets[-1].append((name, tuple(shape)))
         size += nbytes
     return [b for b in buckets if b]
-
-
-def gather_to_master(param, dtype):
-    """A parameter's full tensor in `dtype` on trainer rank 0, None on the others. FSDP2 shards (DTensors
-    split in dim-0 chunks of ceil(n / T) rows, the last ones shorter or empty) are cast, padded to one
-    chunk and gathered straight into one buffer on rank 0 only: followers never hold a full tensor."""
-    if not hasattr(param, "full_tensor"):
-        return param.detach().to(dtype)  # one trainer, or data parallel: every rank holds it whole
-    world, rank = dist.get_world_size(), dist.get_rank()
-    rows = param.shape[0]
-    chunk = -(-rows // world)
-    local = param.to_local().detach()
-    padded = local.to(dtype) if local.shape[0] == chunk else torch.cat([local.to(dtype), local.new_zeros(
-        (chunk - local.shape[0], *local.shape[1:]), dtype=dtype)])
-    full = padded.new_empty((chunk * world, *param.shape[1:])) if rank == 0 else None
-    with naming_peers("a trainer rank died or stopped answering (weight gather)"):
-        dist.gather(padded, list(full.chunk(world)) if full is not None else None, dst=0)
-    return full[:rows] if full is not None else None
-
-
-def weight_plan(model, bucket_bytes, dtype):
-    """The buckets of a push: the model's parameters in order, sized as `dtype` (what the samplers run)."""
-    shapes = [(name, tuple(p.shape)) for name, p in model.named_parameters()]
-    return bucket_plan(shapes, bucket_bytes, torch.finfo(dtype).bits // 8)
-
-
-def weight_buckets(model, plan, dtype):
-    """Every trainer iterates it (the gathers are collectives) -> one flat `dtype` tensor per bucket on the
-    master, None elsewhere. Each tensor is packed into the bucket as its gather lands, so the master holds
-    at most the bucket and one gathered tensor (a bucket of one tensor is that tensor, not a copy)."""
-    params = dict(model.named_parameters())
-    for bucket in plan:
-        flat, offset = None, 0
-        for name, shape in bucket:
-            full = gather_to_master(params[name], dtype)
-            if full is not None and len(bucket) == 1:
-                flat = full.reshape(-1)
-            elif full is not None:
-                if flat is None:
-                    flat = full.new_empty(sum(int(np.prod(s)) for _, s in bucket))
-                flat[offset:offset + full.numel()].copy_(full.reshape(-1))
-            offset += int(np.prod(shape))
-            del full
-        yield flat
 
 
 def unflatten(bucket, flat):
@@ -489,8 +355,7 @@ def broadcast(group, tensor, deadline_s, peers):
 
 
 def receive_buckets(group, plan, dtype, device, deadline_s):
-    """A sampler's side of the push -> (name, tensor) views of one bucket at a time, as they arrive (vLLM's
-    reload_weights consumes the iterator, loading each bucket before the next is received)."""
+    """A sampler's side of the push -> (name, tensor) views, a bucket at a time as they arrive (vLLM loads each)."""
     for bucket in plan:
         flat = torch.empty(sum(int(np.prod(shape)) for _, shape in bucket), dtype=dtype, device=device)
         broadcast(group, flat, deadline_s, "the master (rank 0)")
@@ -500,9 +365,8 @@ def receive_buckets(group, plan, dtype, device, deadline_s):
 # the master's view of the sampler ranks: the same interface as a sampler in the same process
 
 class RemoteSamplers:
-    """What train.py's loop drives on the master when the samplers are other ranks: add() hands a group
-    to the least loaded sampler, step() collects what they finished, update_weights() pushes the weights
-    bucket by bucket (they apply them between two engine steps, in flight)."""
+    """The sampler ranks, driven by the master with a sampler's interface: add() hands a group to the least
+    loaded one, step() collects what they finished, update_weights() broadcasts the weights bucket by bucket."""
 
     def __init__(self, layout, timeout_s):
         self.layout, self.timeout_s = layout, timeout_s
@@ -541,8 +405,7 @@ class RemoteSamplers:
         return finished
 
     def update_weights(self, plan, flats, dtype, version):
-        """plan: weight_plan(...); flats: weight_buckets(...) on the master. The samplers learn the plan, then
-        take each bucket as it is broadcast."""
+        """The samplers learn the plan (policy.weight_plan), then receive each bucket as it is broadcast."""
         for rank in self.ranks:
             self.layout.mailbox.send(rank, ("weights", version, plan, str(dtype).removeprefix("torch.")))
         peers = f"sampler rank{'s' if len(self.ranks) > 1 else ''} {', '.join(map(str, self.ranks))}"
@@ -551,14 +414,14 @@ class RemoteSamplers:
         self.version = version
 
     def stop(self):
-        """The samplers' last message; each answers "bye" (its last) and exits."""
-        for rank in self.ranks:
+        """The last message to every other rank: followers and samplers stop (a sampler answers "bye")."""
+        for rank in range(1, self.layout.world):
             self.layout.mailbox.send(rank, ("stop",))
 
 
 def serve(sampler, layout, timeout_s, report_s=1.0):
-    """A sampler rank's whole life: take prompts and weights from the master, decode without pause, send
-    finished groups (and, every report_s while it has work, its token count: the master's sign of progress)."""
+    """A sampler rank's life: prompts and weights from the master, decoding without pause, finished groups back
+    (and every report_s while it has work its token count: the master's sign of progress)."""
     mailbox, reported, tokens = layout.mailbox, time.time(), 0
     while True:
         for message in mailbox.poll(0):

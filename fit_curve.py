@@ -1,32 +1,21 @@
 """
-Fit the ScaleRL compute-scaling law to a training log (Khatri et al. 2025, arXiv 2510.13786):
+Fit the ScaleRL compute-scaling law to training logs (Khatri et al. 2025, arXiv 2510.13786, sec. 2):
 
     R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)
 
-C is training compute (gpu_hours by default), R the validation pass rate, R0 its step-0 value
-(fixed, not fitted), A the asymptote, B the scaling exponent (steepness) and C_mid the compute at
-which half of the gain A - R0 is reached. Read top to bottom:
-
-    read_log        train.py's log.jsonl (or a CSV with a header row) -> compute x, reward y
-    fit_window      which points a fit uses: drop the early transient (min_x) and the future (fit_until)
-    fit_sigmoid     the paper's grid search (A step 0.005, C_mid log-spaced), refined continuously
-    bootstrap       residual-bootstrap 95% intervals for A, B, C_mid
-    rank_runs       the paper's comparison rule: A within 0.02 -> refit at the average A, rank by B
-    fit_power_law   R = A - D / C^B on the same window, to show that it over-predicts A
-    plot_fits       points, fitted curves and asymptotes, one colour per run
-    main            the command line
+C is training compute (gpu_hours by default), R the validation pass rate, R0 its step-0 value (fixed, not
+fitted), A the asymptote, B the scaling exponent and C_mid the compute of half the gain A - R0. Read top to
+bottom: read_log, fit_window (the early transient and the future left out), fit_sigmoid (the paper's grid
+search, refined), bootstrap (95% intervals), rank_runs (the paper's comparison rule), fit_power_law, the plot
+and the command line:
 
     python fit_curve.py out/log.jsonl                            # fit and print the table
     python fit_curve.py out/log.jsonl --fit_until=8000           # fit half, check the rest
     python fit_curve.py a/log.jsonl b/log.jsonl --plot=fit.png   # compare two recipes
 
-From Python (train.py does this for live prediction; one fit of 100 points takes ~10 ms):
-
-    from fit_curve import fit_sigmoid
-    fit = fit_sigmoid(gpu_hours, val_rewards)   # fit.A, fit.B, fit.C_mid, fit.rmse, fit.r2, ...
-                                                # ValueError while the window has < 4 points
+From Python (train.py's live fits): fit = fit_sigmoid(gpu_hours, val_rewards) -> fit.A, fit.B, fit.C_mid, ...;
+a ValueError while the window has fewer than 4 points. One fit of 100 points takes ~10 ms.
 """
-
 import argparse
 import csv
 import json
@@ -54,11 +43,8 @@ PowerLawFit = namedtuple("PowerLawFit", "A B D rmse")
 # reading a log
 
 def read_log(path, x_col="gpu_hours", y_col="val_reward"):
-    """-> (x, y) arrays of the rows that have both columns, in file order.
-
-    A .csv file is read as CSV with a header row, anything else as train.py's JSONL log, where only
-    evaluation steps carry val_reward (and the first line may be the resolved config). Bad input
-    raises ValueError with a one-line message naming the line and the field."""
+    """-> (x, y) arrays of the rows that have both columns, in file order: a .csv with a header row, or
+    train.py's JSONL log. Bad input raises ValueError with a one-line message naming the line and the field."""
     rows, columns = [], set()  # rows: (line number, record)
     try:
         with open(path, newline="") as f:
@@ -118,13 +104,10 @@ def sigmoid(x, R0, A, B, C_mid):
 
 
 def fit_window(x, min_x=None, fit_until=None):
-    """-> (mask of the points a fit uses, the min_x used).
-
-    The paper drops the points before ~1.5k GPU-h of its ~16k GPU-h runs: the first ~epoch is a
-    near-linear transient that the sigmoid does not describe. Logs here come in any unit (GPU-hours
-    on a cluster, thousandths of one on a CPU demo), so the default cut is a fraction instead
-    (ours): MIN_X_FRACTION of the way from the first point to the last fitted one (so a --fit_until
-    check never looks at the future). Points at x <= 0 never count: R(0) = R0 by construction."""
+    """-> (mask of the points a fit uses, the min_x used). The paper drops its first ~1.5k of 16k GPU-h (the
+    first ~epoch, a near-linear transient); logs here come in any unit, so the default cut is a fraction (ours):
+    MIN_X_FRACTION of the way to the last fitted point (a --fit_until check never sees the future). x <= 0
+    never counts: R(0) = R0 by construction."""
     x = np.asarray(x, float)
     known = x <= fit_until if fit_until is not None else np.ones(len(x), bool)
     if min_x is None:
@@ -225,10 +208,8 @@ def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None, a_range=None)
 
 
 def bootstrap(x, y, fit, n_resamples=200, seed=0):
-    """95% percentile intervals {"A": (lo, hi), "B": ..., "C_mid": ...} of a fit (ours).
-
-    Residuals, not points, are resampled: the compute design of a curve stays as it was logged.
-    R0 and the window stay fixed. The paper's own error bar is from repeats: A within +-0.015."""
+    """95% percentile intervals {"A": (lo, hi), "B": ..., "C_mid": ...} of a fit (ours), resampling residuals
+    (the compute design stays as logged; R0 and the window fixed). The paper's error bar: repeats, A +-0.015."""
     mask, _ = fit_window(x, fit.min_x, fit.fit_until)
     xw, yw = np.asarray(x, float)[mask], np.asarray(y, float)[mask]
     predicted = sigmoid(xw, fit.R0, fit.A, fit.B, fit.C_mid)
@@ -241,13 +222,10 @@ def bootstrap(x, y, fit, n_resamples=200, seed=0):
 
 
 def rank_runs(names, curves, fits, margin=A_MARGIN):
-    """The paper's comparison rule -> [dict(run, index, A, common_A, B_at_common_A)], best first.
-
-    A is known to +-0.02, so a higher A wins only by more than that margin. Runs sorted by A are
-    grouped while within the margin of their group's top, boundary included (the paper compares runs
-    "within +-0.02" by B; A lies on a 0.005 grid, so 0.610 against 0.590 is such a pair); a group is
-    refitted with its average A fixed and ranked by B: at a common asymptote the steeper curve gets
-    there with less compute."""
+    """The paper's comparison rule -> [dict(run, index, A, common_A, B_at_common_A)], best first. A is known to
+    +-0.02: runs sorted by A are grouped while within that margin of their group's top, boundary included (0.610
+    against 0.590 is such a pair), and a group is refitted at its average A and ranked by B: at a common
+    asymptote the steeper curve gets there with less compute."""
     order = sorted(range(len(fits)), key=lambda i: -fits[i].A)
     groups = []
     for i in order:
@@ -269,12 +247,9 @@ def rank_runs(names, curves, fits, margin=A_MARGIN):
 
 
 def fit_power_law(x, y, min_x, fit_until=None, a_max=1.0):
-    """R = A - D / C^B on the window the sigmoid used -> PowerLawFit (the paper's high-compute limit).
-
-    Fitted on the same window, the power law over-predicts A (paper: 1.0 or 0.74 against the
-    sigmoid's 0.645); A is capped at the metric's top, a_max. For fixed B the law is linear in
-    (A, D): grid B, solve, polish with curve_fit. D is carried relative to the window's geometric
-    mean compute c_ref, so the numbers stay O(1) in any unit."""
+    """R = A - D / C^B on the sigmoid's window -> PowerLawFit (the paper's high-compute limit), which over-predicts
+    A (paper: 1.0 or 0.74 against the sigmoid's 0.645); A is capped at a_max. Linear in (A, D) at fixed B: grid
+    B, solve, polish with curve_fit; D relative to the window's geometric-mean compute (O(1) in any unit)."""
     mask, _ = fit_window(x, min_x, fit_until)
     xw, yw = np.asarray(x, float)[mask], np.asarray(y, float)[mask]
     c_ref = math.exp(np.log(xw).mean())
@@ -338,15 +313,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description="Fit the ScaleRL sigmoid R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to logs.")
     parser.add_argument("logs", nargs="+", metavar="LOG", help="train.py's log.jsonl, or a .csv with a header row")
     parser.add_argument("--x", default="gpu_hours", help="compute column: gpu_hours (default), flops, step, ...")
-    parser.add_argument("--y", default="val_reward", help="reward column (default val_reward; val_reward_<domain> "
-                        "fits one domain of a run on several datasets, e.g. --y=val_reward_example_code)")
+    parser.add_argument("--y", default="val_reward", help="reward column (val_reward_<domain>: one domain's curve)")
     parser.add_argument("--min_x", type=float, help="drop points below this compute; default: skip the first "
                         f"{MIN_X_FRACTION * 100:.0f}%% of the fitted compute range, the early transient (paper: ~1.5k of 16k GPU-h)")
-    parser.add_argument("--fit_until", type=float, help="fit only x <= this; report the error of the prediction "
-                        "on the later points (the paper's extrapolation check)")
+    parser.add_argument("--fit_until", type=float, help="fit x <= this only, and check the prediction of the rest")
     parser.add_argument("--r0", type=float, help="reward at zero compute (default: the first logged point, step 0)")
-    parser.add_argument("--bootstrap", type=int, default=200, metavar="N", help="residual-bootstrap resamples "
-                        "for the 95%% intervals (default 200, 0 = none)")
+    parser.add_argument("--bootstrap", type=int, default=200, metavar="N", help="resamples for the 95%% intervals (0: none)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     parser.add_argument("--powerlaw", action="store_true", help="also fit R = A - D/C^B on the same window")
     parser.add_argument("--plot", metavar="FILE.png", help="write a plot (needs matplotlib)")
@@ -404,7 +376,7 @@ def main(argv=None):
             (a_lo, a_hi), (b_lo, b_hi), (c_lo, c_hi) = result["A_ci"], result["B_ci"], result["C_mid_ci"]
             print(f"{'':<{width}}  95% interval: A [{a_lo:.3f}, {a_hi:.3f}]  B [{b_lo:.3f}, {b_hi:.3f}]  "
                   f"C_mid [{fmt_compute(c_lo)}, {fmt_compute(c_hi)}]  ({args.bootstrap} residual-bootstrap resamples)")
-    for run in runs:
+    for run in runs:  # notes below the table
         result, name = run["result"], run["name"]
         if run["fit"].C_mid > run["fit"].max_x:
             print(f"{name}: C_mid lies beyond the last fitted point: the run has not reached half its gain "

@@ -1,26 +1,23 @@
 """
-What fits on a GPU: a memory plan per role, estimated from the model's config.json before any work.
-train.py prints it at start and, on CUDA, stops with one line when a role cannot fit, naming the
-biggest term and the knob that shrinks it. The same plan for a model you have not downloaded:
+What fits on a GPU: a memory plan per role, estimated from the model's config.json before any work; train.py
+prints it and, on CUDA, stops with one line naming the biggest term and its knob when a role cannot fit.
+For a model you have not downloaded (also --tie_word_embeddings, --gpu_gib, --micro_batch_tokens, --max_len):
 
     python memory.py --hidden_size=4096 --num_hidden_layers=36 --intermediate_size=12288 \\
         --vocab_size=151936 --num_attention_heads=32 --num_key_value_heads=8 --gpus=8 --n_samplers=6
-    (also --tie_word_embeddings=1, --gpu_gib=141, --micro_batch_tokens=16384, --max_len=16384)
 
-Estimates (ours; good to ~20%, which is what a plan needs):
-  trainer   fp32 parameters, fp32 gradients and AdamW's two fp32 moments: 16 bytes a parameter, divided
-            by the FSDP2 trainers; in one process in bf16, a bf16 compute copy and its gradients (4 bytes a
-            parameter); under FSDP2 the gathered bf16 layers (two at a time) and the gathered root.
-            Activations per micro-batch, per token and layer: (8 H + 5 I + 2 KV) values saved for the
-            backward (attention by SDPA/flash: no T x T matrix); with activation checkpointing only each
-            layer's input (H) plus one layer recomputed. The fp32 head: ~3 chunks of 256 MB of logits.
-  sampler   vLLM takes its share of the *total* GPU memory (gpu_memory_utilization): the bf16 weights,
-            ~2 GiB of activations and graphs, and the KV cache in the rest, 2 L KV bytes a token; a weight
-            bucket in flight lies outside its share.
+Estimates (ours; good to ~20%): the trainer holds 16 bytes a parameter (fp32 weights, gradients, AdamW's two
+moments) over the FSDP2 trainers; in one process in bf16, a bf16 copy and its gradients; under FSDP2 the
+gathered bf16 layers (two at a time) and root. Activations per token and layer: (8 H + 5 I + 2 KV) values
+(SDPA: no T x T), with activation checkpointing each layer's input plus one layer; the fp32 head ~3 chunks of
+256 MB. vLLM takes its share of the *total* GPU memory: bf16 weights, ~2 GiB, and the KV cache in the rest.
 """
-
 import sys
 from collections import namedtuple
+
+import torch
+
+import configurator
 
 GiB = 1 << 30
 Shape = namedtuple("Shape", "hidden layers intermediate vocab kv_dim tied params")
@@ -84,8 +81,7 @@ def describe(roles, gpu_bytes=None):
 
 
 def check(roles, gpu_bytes, one_gpu):
-    """None if every role fits in gpu_bytes (in one process the trainer and vLLM's share add up), else one
-    line naming the biggest term and its knob."""
+    """None if every role fits (one process: trainer + vLLM's share), else a line naming the biggest term's knob."""
     groups = [sum(roles.values(), [])] if one_gpu else list(roles.values())
     names = ["the trainer and vLLM on one GPU"] if one_gpu else list(roles)
     for name, terms in zip(names, groups):
@@ -97,18 +93,30 @@ def check(roles, gpu_bytes, one_gpu):
     return None
 
 
-if __name__ == "__main__":  # python memory.py --hidden_size=... --gpus=8 --n_samplers=6 [--gpu_gib=141] ...
-    args = {k.lstrip("-"): float(v) for k, v in (a.split("=") for a in sys.argv[1:])}
+def plan_run(path, layout, dtype_bytes, tokens_per_micro_batch, checkpoint, max_len, vllm_share, bucket_bytes):
+    """train.py's plan for the model at `path` and this layout, printed by the master -> check()'s verdict on CUDA."""
+    from transformers import AutoConfig
+    gpu = torch.cuda.get_device_properties(layout.device).total_memory if layout.device.type == "cuda" else 0
+    one_gpu = layout.world == 1
+    roles = plan(shape_of(AutoConfig.from_pretrained(path)), layout.trainers, layout.trainers > 1 and layout.samplers > 0,
+                 layout.samplers, one_gpu, dtype_bytes, tokens_per_micro_batch, checkpoint, max_len,
+                 vllm_share if gpu else 0.0, bucket_bytes, gpu)
+    if layout.rank == 0:
+        print(describe(roles, gpu or None), flush=True)
+    return check(roles, gpu, one_gpu) if gpu else None
+
+
+if __name__ == "__main__":
     fields = ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size", "num_attention_heads",
               "num_key_value_heads")
-    shape = shape_of({**{k: int(args.pop(k)) for k in fields}, "tie_word_embeddings": bool(args.pop("tie_word_embeddings", 0))})
-    gpus, samplers = int(args.pop("gpus", 1)), int(args.pop("n_samplers", 0))
-    gpu = args.pop("gpu_gib", 141) * GiB
-    tokens = int(args.pop("micro_batch_tokens", 16384))
-    max_len = int(args.pop("max_len", 16384))
+    args = configurator.configure(dict(dict.fromkeys(fields, 0), tie_word_embeddings=False, gpus=1, n_samplers=0,
+                                       gpu_gib=141.0, micro_batch_tokens=16384, max_len=16384), sys.argv[1:], "memory.py",
+                                  dict(dict.fromkeys(fields, 1), gpus=1, n_samplers=0))
+    shape = shape_of({k: args[k] for k in fields + ("tie_word_embeddings",)})
+    gpus, samplers, gpu = args["gpus"], args["n_samplers"], args["gpu_gib"] * GiB
     one_gpu = gpus == 1
-    roles = plan(shape, gpus - samplers, gpus - samplers > 1, samplers, one_gpu, 2, tokens, True, max_len,
-                 0.4 if one_gpu else 0.85, 1 << 30, gpu)
+    roles = plan(shape, gpus - samplers, gpus - samplers > 1, samplers, one_gpu, 2, args["micro_batch_tokens"], True,
+                 args["max_len"], 0.4 if one_gpu else 0.85, 1 << 30, gpu)
     print(f"{shape.params / 1e9:.2f}B parameters, {gpus} GPU(s) of {gpu / GiB:.0f} GiB, {samplers} sampler(s)")
     print(describe(roles, gpu))
     print(check(roles, gpu, one_gpu) or "fits")

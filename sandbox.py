@@ -1,42 +1,27 @@
 """
 Runs model-written Python against tests, isolated: the code reward of the math + code runs.
 
-    python sandbox.py --bench     # the isolation in effect here, and programs per second through the pool
+    python benchmarks/sandbox.py     # the isolation in effect here, and programs per second through the pool
 
-Threat model: the program is untrusted. The policy is an adversary by accident (infinite loops,
-fork bombs, huge allocations or outputs, deleting files) and, under RL pressure, by design (exiting
-early, printing what the checker wants, patching builtins or the harness, killing the trainer,
-reading its secrets, the network). Every run ends by its deadline in a verdict that only a correct
-program earns and leaves nothing behind; any failure is a fail (reward -1), never an exception.
+Threat model: the program is untrusted, an adversary by accident (infinite loops, fork bombs, huge
+allocations or outputs) and, under RL pressure, by design (exiting early, printing what the checker wants,
+patching the harness, killing the trainer, reading its secrets, the network). Every run ends by its deadline
+in a verdict only a correct program earns, leaves nothing behind, and any failure is a fail (reward -1).
 
-Every process (Linux): a fresh temporary directory as cwd, its own session, an environment of PATH
-and LANG only, `python -I -S -B` (the first of this interpreter, its base and PATH's python3 that the
-sandbox user can run: a venv under /root is not readable by it), limits on CPU seconds, address space, file size, open files, processes and
-core dumps, no_new_privs, and a seccomp filter under which socket(), io_uring, the kill family,
-ptrace and setsid fail (so no network and no signal out, even without namespaces). Started as root
-(a cluster container, CI), also: a dedicated unprivileged uid per worker thread (FIRST_UID + k,
-claimed machine-wide with a lock file), so it cannot signal the trainer, read root's files or write
-the repository, and RLIMIT_NPROC, which counts per real uid, bounds exactly its processes; new
-network (only a loopback, down), mount (fresh small tmpfs at /tmp and /dev/shm, its own /proc) and
-pid namespaces: the program is pid 1 there, so when it ends every process it left dies with it. At
-the deadline, or past OUTPUT_CAP of output, every process of the uid (else: the process group) is
-killed. isolation() reports what took effect, measured once by a probe run in the sandbox.
-Not covered: world-readable files stay readable; as a non-root user there is no uid or namespace
-separation; each run forks the calling process (page tables of a large trainer).
+Every process: a fresh temporary directory, its own session, an environment of PATH and LANG, `python -I -S
+-B`, limits on CPU, address space, file size, open files, processes and core dumps, no_new_privs, and a
+seccomp filter under which socket(), io_uring, the kill family, ptrace and setsid fail. Started as root,
+also: a dedicated unprivileged uid per worker thread (claimed machine-wide with a lock file), and new network
+(loopback, down), mount (fresh tmpfs at /tmp and /dev/shm, its own /proc) and pid namespaces: the program is
+pid 1 there, so every process it left dies with it. At the deadline, or past OUTPUT_CAP of output, every
+process of the uid (else: the process group) is killed. isolation() reports what took effect.
 
-Verdicts. stdin/stdout tests: one process per test (stop at the first failure); a pass needs exit
-code 0 before the deadline and stdout equal to the expected output, whitespace-normalised.
-Call-style tests (fn_name) and assert tests made of `assert EXPR == LITERAL` lines: a harness runs
-the program, evaluates each call or EXPR and writes the values as JSON to the stdout it saved
-before the program ran; they are compared with the expected values here, in the parent, so the
-expected values never enter the sandbox and nothing in there can fake them. Other assert tests:
-the harness runs the asserts after the program, then writes a per-run random token; a pass needs
-exactly that token and exit code 0, so early exits, sys.exit, patched print/assert/os.write/builtins
-or swallowed exceptions cannot pass. Its limit, inherent to any in-process check: the token and the
-asserts live in the interpreter the program controls, so a program that inspects the harness
-(sys._getframe, gc, ctypes) or returns objects whose __eq__ lies can pass. Prefer the other forms.
+Verdicts. stdin/stdout: one process per test; a pass needs exit code 0 in time and the expected output,
+whitespace-normalised. Call-style tests and `assert EXPR == LITERAL` lines: a harness writes each value as
+JSON to the stdout it saved before the program ran, compared here, in the parent, so the expected values
+never enter the sandbox. Other asserts: the harness runs them after the program, then writes a per-run
+random token; a program that inspects the harness (sys._getframe, gc) can find it: prefer the other forms.
 """
-
 import ast
 import ctypes
 import errno
@@ -109,9 +94,8 @@ _PRCTL_ARGS, _MODE_FILTER = tuple(map(ctypes.c_ulong, (1, 0, 0, 0))), ctypes.c_u
 
 
 def _enter(uid, run_dir, cpu_seconds, nproc):
-    """Namespaces while still root, then the uid, then no_new_privs and seccomp, then the limits.
-    A namespace the kernel refuses is skipped (isolation() reports it); a failed setuid raises,
-    and the program never runs."""
+    """Namespaces while root, the uid, no_new_privs, seccomp, the limits. A namespace the kernel refuses is
+    skipped (isolation() reports it); a failed setuid raises: the program never runs."""
     if uid is not None:
         _libc.unshare(CLONE_NEWNET)
         new_mounts = _libc.unshare(CLONE_NEWNS) == 0 and _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) == 0
@@ -138,10 +122,8 @@ def _enter(uid, run_dir, cpu_seconds, nproc):
 
 
 def _become_pid_1():
-    """Fork after unshare(CLONE_NEWPID): the child goes on to exec the program as pid 1 of the new
-    namespace, so when it dies the kernel kills and reaps every process left in there (no orphan,
-    no zombie counted against the uid's process limit). This process stays outside as root, holding
-    no files, reaps it, and exits with its status (128 + the signal if it was killed)."""
+    """After unshare(CLONE_NEWPID) the child execs the program as pid 1: when it dies, the kernel kills every
+    process left in there. This process stays outside as root, reaps it and exits with its status."""
     pid = os.fork()
     if pid == 0:
         return
@@ -156,8 +138,7 @@ _slot = threading.local()
 
 
 def _worker_uid():
-    """This thread's dedicated uid (root only), claimed machine-wide: an flock on a lock file, which
-    the kernel releases when the process dies, so two runs on one machine never share a uid."""
+    """This thread's uid (root only), claimed machine-wide by an flock that dies with the process."""
     if os.geteuid() != 0:
         return None
     if not hasattr(_slot, "uid"):
@@ -179,10 +160,8 @@ def _worker_uid():
 
 
 def _kill_all(proc, uid):
-    """SIGKILL every process of the sandbox uid (a kill(-1) sent as that uid reaches exactly those),
-    which leaves the root process outside the pid namespace to reap pid 1 and exit; then the whole
-    process group, which is all there is without a dedicated uid. The leader is reaped only after
-    that, so its pid (the group's id) cannot have been reused."""
+    """SIGKILL every process of the sandbox uid (a kill(-1) sent as that uid), then the process group (all there
+    is without a uid). The leader is reaped only then, so the group's id cannot have been reused."""
     if uid is not None:
         subprocess.run([shutil.which("kill") or "/bin/kill", "-9", "-1"], user=uid, group=uid, extra_groups=[],
                        env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -258,8 +237,7 @@ def _collect(proc, deadline):
 
 
 def _tasks_of(uid):
-    """Processes and threads of a uid. Not root: RLIMIT_NPROC counts all of them, so the sandbox's
-    limit is this + PROCESSES (racy, but a bound)."""
+    """Tasks of a uid: not root, RLIMIT_NPROC counts them all, so the limit is this + PROCESSES (racy, a bound)."""
     count = 0
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -348,9 +326,8 @@ def _pool(workers):
 
 
 def score_many(jobs, workers=WORKERS):
-    """[dict(program=..., tests=..., fn_name=... | test=...), ...] -> an iterator of bools, in the jobs'
-    order. Every job is queued at once on a bounded pool of `workers` threads, each driving one
-    sandboxed process at a time; reading a result waits for it, so the caller can work meanwhile."""
+    """[dict(program=..., tests=..., fn_name=... | test=...), ...] -> an iterator of bools in the jobs' order, all
+    queued at once on a pool of `workers` threads; reading a result waits for it (the caller works meanwhile)."""
     return _pool(workers).map(lambda job: passes(**job), jobs)
 
 # -----------------------------------------------------------------------------
@@ -372,9 +349,8 @@ print(json.dumps(r))
 
 @lru_cache(maxsize=None)
 def isolation():
-    """-> dict of short strings: the interpreter and the isolation that took effect, as a probe
-    program running in the sandbox saw it. python is None when no interpreter runs there (e.g. a
-    venv under /root, unreadable to the sandbox uid): then every program fails."""
+    """-> the interpreter and the isolation that took effect, as strings, as a probe program in the sandbox saw
+    it; python None when no interpreter runs there (a venv under /root is unreadable): every program fails."""
     candidates = dict.fromkeys(filter(None, [sys.executable, getattr(sys, "_base_executable", None),
                                              shutil.which("python3", path=ENV["PATH"])]))
     for python in candidates:
@@ -386,8 +362,7 @@ def isolation():
     probe = json.loads(result.stdout)
     cpu, memory, file_size, files, processes = probe["limits"]
     dedicated = os.geteuid() == 0 and probe["uid"] != 0
-    new_net = probe["net"] != os.readlink("/proc/self/ns/net")
-    new_mnt = probe["mnt"] != os.readlink("/proc/self/ns/mnt")
+    new_net, new_mnt = (probe[ns] != os.readlink(f"/proc/self/ns/{ns}") for ns in ("net", "mnt"))
     return dict(
         python=python,
         user=f"uid {probe['uid']}" + (" (root!)" if probe["uid"] == 0 else ", dedicated to one worker" if dedicated
@@ -401,34 +376,3 @@ def isolation():
         environment=", ".join(probe["env"]),
         cleanup=("new pid namespace: all its processes die with the program; " if probe["pid"] == 1 else "")
                 + ("every process of the uid, then " if dedicated else "") + "the process group")
-
-
-def bench(n=120):
-    """Programs per second through the pool: a third each stdin/stdout (2 tests: 2 processes), call
-    style and assert style (1 process each); every program is correct."""
-    jobs = []
-    for i in range(n):
-        if i % 3 == 0:
-            jobs.append(dict(program="a, b = map(int, input().split())\nprint(a + b)",
-                             tests=[dict(input=f"{i} 2", output=f"{i + 2}"), dict(input="5 6", output="11")]))
-        elif i % 3 == 1:
-            jobs.append(dict(program="def add(a, b):\n    return a + b", fn_name="add",
-                             tests=[dict(input=[i, 2], output=i + 2), dict(input=[5, 6], output=11)]))
-        else:
-            jobs.append(dict(program="def add(a, b):\n    return a + b", test=f"assert add({i}, 2) > {i}"))
-    isolation()  # measured outside the timing
-    started = time.perf_counter()
-    passed = list(score_many(jobs))
-    seconds = time.perf_counter() - started
-    return dict(programs=n, passed=sum(passed), seconds=seconds, programs_per_s=n / seconds,
-                processes_per_s=n * 4 / 3 / seconds, workers=WORKERS)
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] != ["--bench"]:
-        sys.exit("usage: python sandbox.py --bench")
-    for key, value in isolation().items():
-        print(f"{key:>12}: {value}")
-    b = bench()
-    print(f"{b['programs']} programs ({b['passed']} passed) in {b['seconds']:.1f} s with {b['workers']} workers: "
-          f"{b['programs_per_s']:.1f} programs/s, {b['processes_per_s']:.1f} sandboxed processes/s")

@@ -32,7 +32,10 @@ import distributed
 import fit_curve
 import loss as L
 import memory
+import policy as P
 import sandbox
+import scheduler
+import tiny
 from data import DataError, INTERRUPT_PHRASE, Prompt
 
 # Tiny models gain nothing from threads, and on a shared 2-core machine two OpenMP threads ran the
@@ -90,15 +93,15 @@ def _loss_inputs(p_trainer, p_behaviour, advantages, mask=None):
 
 @pytest.fixture(scope="session")
 def tiny_model_dir():
-    return data.build_tiny_model()  # cached under .cache/ after the first build (~40 s on 2 cores)
+    return tiny.build_tiny_model()  # cached under .cache/ after the first build (~40 s on 2 cores)
 
 
 def builtin_prompt(answer="8"):
-    return Prompt("builtin:0", "a3b0c2d1e2", [], answer, 5)
+    return Prompt("builtin:0", "a3b0c2d1e2", [], answer, 5, "builtin")
 
 
 def hand_out_epoch(curriculum):
-    indices = [curriculum.next() for _ in range(curriculum.n_prompts - curriculum.retired_count)]
+    indices = [curriculum.next() for _ in range(curriculum.n_prompts - len(curriculum.retired))]
     assert None not in indices
     return indices
 
@@ -139,7 +142,7 @@ def fails_in_time(program, **tests):
 
 @pytest.fixture(scope="module")
 def tok():
-    return data.build_tokenizer()
+    return tiny.build_tokenizer()
 
 HUNT = """
 import gc, sys, types
@@ -488,7 +491,7 @@ class Recorder:
 
 def recorded_step(model_dir, groups, layout=ONE_PROCESS):
     """train.train_step on `groups` with the config as it stands, AdamW replaced by a Recorder -> (stats, grads)."""
-    policy = train.load_policy(model_dir, layout, None)
+    policy = train.make_policy(model_dir, layout)
     policy = policy._replace(optimizer=Recorder(policy.model))
     stats = train.train_step(policy, groups, 0, 0)
     return stats, policy.optimizer.grads
@@ -535,7 +538,7 @@ class FakeSamplers:
 
 def run_schedule(mode, k, P, n_samplers=1, slots=16, steps=30, seed=0, stragglers=0.1, long=40,
                  train_steps=(20, 50), resume_at=None):
-    """Drive train.Rollouts as train.py's loop does, with sampling that goes on while each step trains
+    """Drive scheduler.Rollouts as train.py's loop does, with sampling that goes on while each step trains
     -> (max token lag of each step, trained prompt indices, prompt indices the curriculum handed out)."""
     rng = random.Random(seed)
     lengths = {}  # ticket -> engine steps: 1-30, stragglers 30-40 times `long`
@@ -551,13 +554,13 @@ def run_schedule(mode, k, P, n_samplers=1, slots=16, steps=30, seed=0, straggler
         c.next = lambda: handed.append(draw()) or handed[-1]
         return c
     curriculum = curriculum_from()
-    rollouts = train.Rollouts(curriculum, prompts, 2, P, k, mode)
+    rollouts = scheduler.Rollouts(curriculum, prompts, 2, P, k, mode)
     samplers = FakeSamplers(n_samplers, slots, length)
     version, lags, trained = 0, [], []
     while version < steps:
         if version == resume_at:  # a checkpoint, a restart: in-flight groups are lost and handed out again
             curriculum = curriculum_from(curriculum.state_dict())
-            rollouts = train.Rollouts(curriculum, prompts, 2, P, k, mode, requeue=rollouts.in_flight())
+            rollouts = scheduler.Rollouts(curriculum, prompts, 2, P, k, mode, requeue=rollouts.in_flight())
             samplers, resume_at = FakeSamplers(n_samplers, slots, length), None
             samplers.version = version
         rollouts.hand_out(samplers, version, room=10 ** 6)
@@ -579,7 +582,7 @@ def run_schedule(mode, k, P, n_samplers=1, slots=16, steps=30, seed=0, straggler
 
 def bf16_tiny_policy(model_dir, train_config):
     train_config.configure(["--dtype=bfloat16", "--lr=5e-7", "--warmup_steps=0", "--grad_clip=1e9"])
-    return train.load_policy(model_dir, ONE_PROCESS, None)
+    return train.make_policy(model_dir, ONE_PROCESS)
 
 
 def peak_rss_reset():
@@ -609,6 +612,48 @@ def gloo_pair(timeout_s=30):
 class NoHeartbeat:
     def check(self, peer, who):
         pass
+
+
+# =============================================================================
+# the codebase
+
+def code_lines(path):
+    """Non-blank lines that hold code (docstrings count; comments and blank lines do not)."""
+    import io
+    import tokenize
+    skip = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+    with open(path) as f:
+        text = f.read()
+    lines = text.splitlines()
+    used = {n for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type not in skip
+            for n in range(t.start[0], t.end[0] + 1)}
+    return sum(1 for n in used if n <= len(lines) and lines[n - 1].strip())
+
+
+def test_every_module_is_one_concept_of_at_most_450_lines_and_the_core_at_most_3000():
+    modules = sorted(f for f in os.listdir(REPO) if f.endswith(".py") and f != "test_all.py")
+    sizes = {f: code_lines(os.path.join(REPO, f)) for f in modules}
+    assert code_lines(os.path.join(REPO, "loss.py")) == 201  # the counter is the one the budget was set with
+    assert max(sizes.values()) <= 450 and sum(sizes.values()) <= 3000, sizes
+
+
+def test_no_global_and_no_function_reads_a_name_bound_only_in_main():
+    """One-way data flow (STYLE.md 11): every function of train.py gets its runtime objects as arguments."""
+    import ast
+    tree = ast.parse(open(os.path.join(REPO, "train.py")).read())
+    main = next(n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test))
+    module_names = {t.id for n in tree.body if n is not main for t in ast.walk(n) if isinstance(t, ast.Name)
+                    and isinstance(t.ctx, ast.Store)} | {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    module_names |= {a.asname or a.name.split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                     for a in n.names}
+    main_only = {t.id for t in ast.walk(main) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)} - module_names
+    for function in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+        local = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)} | \
+                {t.id for t in ast.walk(function) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+        read = {t.id for t in ast.walk(function) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Load)}
+        assert not (read - local) & main_only, (function.name, (read - local) & main_only)
+    for f in (f for f in os.listdir(REPO) if f.endswith(".py") and f != "test_all.py"):
+        assert not any(isinstance(n, ast.Global) for n in ast.walk(ast.parse(open(os.path.join(REPO, f)).read()))), f
 
 
 # =============================================================================
@@ -849,15 +894,15 @@ def test_unknown_loss_is_rejected():
 
 def test_builtin_checker_scores_right_wrong_and_malformed_answers():
     p = builtin_prompt("8")
-    assert data.builtin_reward(p, "<think>a3b3c5d6e8</think>8") == 1.0
-    assert data.builtin_reward(p, "<think>a3b3c5d6e8</think> 8\n") == 1.0       # whitespace is not the answer
-    assert data.builtin_reward(p, "<think>a3b3c5d6e8</think>8<eos>") == 1.0    # decoded with special tokens
-    assert data.builtin_reward(p, "<think>a3b3c5d6e7</think>7") == -1.0        # wrong
-    assert data.builtin_reward(p, "<think>a3b3c5d6e8</think>88") == -1.0       # not exactly the answer
-    assert data.builtin_reward(p, "<think>a3b3c5d6e8</think>") == -1.0         # no answer
-    assert data.builtin_reward(p, "<think>a3b3c5d6e8 8") == -1.0               # never closed its thinking
-    assert data.builtin_reward(p, "") == -1.0
-    assert data.builtin_reward(p, "<think>a3b3c5" + INTERRUPT_PHRASE + "8") == 1.0  # answered after interruption
+    assert data.reward(p, "<think>a3b3c5d6e8</think>8") == 1.0
+    assert data.reward(p, "<think>a3b3c5d6e8</think> 8\n") == 1.0       # whitespace is not the answer
+    assert data.reward(p, "<think>a3b3c5d6e8</think>8<eos>") == 1.0    # decoded with special tokens
+    assert data.reward(p, "<think>a3b3c5d6e7</think>7") == -1.0        # wrong
+    assert data.reward(p, "<think>a3b3c5d6e8</think>88") == -1.0       # not exactly the answer
+    assert data.reward(p, "<think>a3b3c5d6e8</think>") == -1.0         # no answer
+    assert data.reward(p, "<think>a3b3c5d6e8 8") == -1.0               # never closed its thinking
+    assert data.reward(p, "") == -1.0
+    assert data.reward(p, "<think>a3b3c5" + INTERRUPT_PHRASE + "8") == 1.0  # answered after interruption
 
 
 def test_clean_teacher_demonstrations_are_rewarded_and_interrupted_ones_end_with_the_phrase():
@@ -866,34 +911,34 @@ def test_clean_teacher_demonstrations_are_rewarded_and_interrupted_ones_end_with
     for _ in range(200):
         text, answer, terms = data.make_problem(rng, **data.TINY_TASK)
         assert text[0] == "a" and len(terms) == len(text) // 2
-        thinking, forced, final = data.teacher_completion(terms, rng, slip=0.0)
-        assert forced == "" and data.builtin_reward(Prompt("", text, [], answer), thinking + final) == 1.0
+        thinking, forced, final = tiny.teacher_completion(terms, rng, slip=0.0)
+        assert forced == "" and data.reward(Prompt("", text, [], answer, domain="builtin"), thinking + final) == 1.0
         cut = rng.randint(1, 2 * len(terms))
-        thinking, forced, final = data.teacher_completion(terms, rng, slip=0.0, cut=cut)
+        thinking, forced, final = tiny.teacher_completion(terms, rng, slip=0.0, cut=cut)
         assert forced == INTERRUPT_PHRASE and len(thinking) == len("<think>") + cut
-    assert data.teacher_completion([3, 0, 2], rng, cut=3) == ("<think>a3b", INTERRUPT_PHRASE, "3")
+    assert tiny.teacher_completion([3, 0, 2], rng, cut=3) == ("<think>a3b", INTERRUPT_PHRASE, "3")
 
 
 def test_math_verify_reward_accepts_equivalent_forms_and_ignores_the_thinking():
     half = Prompt("x:1", "What is half of 1?", [], "\\frac{1}{2}")
-    assert data.math_reward(half, "<think>1/2 = 0.5</think>The answer is \\boxed{0.5}") == 1.0
-    assert data.math_reward(half, "<think>hmm</think>\\boxed{\\frac12}") == 1.0
-    assert data.math_reward(Prompt("x:2", "", [], "0.5"), "</think>$\\frac{1}{2}$") == 1.0
-    assert data.math_reward(half, "<think>\\boxed{\\frac{1}{2}}</think>\\boxed{3}") == -1.0  # only the answer counts
-    assert data.math_reward(half, "<think>\\boxed{\\frac{1}{2}}" + INTERRUPT_PHRASE) == -1.0  # no answer written
-    assert data.math_reward(half, "no idea") == -1.0
-    assert data.math_reward(Prompt("x:3", "", [], "2\\sqrt{2}"), "\\boxed{\\sqrt{8}}") == 1.0  # no thinking: all of it
+    assert data.reward(half, "<think>1/2 = 0.5</think>The answer is \\boxed{0.5}") == 1.0
+    assert data.reward(half, "<think>hmm</think>\\boxed{\\frac12}") == 1.0
+    assert data.reward(Prompt("x:2", "", [], "0.5"), "</think>$\\frac{1}{2}$") == 1.0
+    assert data.reward(half, "<think>\\boxed{\\frac{1}{2}}</think>\\boxed{3}") == -1.0  # only the answer counts
+    assert data.reward(half, "<think>\\boxed{\\frac{1}{2}}" + INTERRUPT_PHRASE) == -1.0  # no answer written
+    assert data.reward(half, "no idea") == -1.0
+    assert data.reward(Prompt("x:3", "", [], "2\\sqrt{2}"), "\\boxed{\\sqrt{8}}") == 1.0  # no thinking: all of it
 
 
 def test_builtin_split_is_disjoint_and_deterministic(tiny_model_dir):
     tok = data.load_tokenizer(tiny_model_dir)
-    train, val, reward_fn = data.load_task("builtin", tok, 500, 100, seed=0)
-    again_train, again_val, _ = data.load_task("builtin", tiny_model_dir, 500, 100, seed=0)  # path works too
-    assert reward_fn is data.builtin_reward and len(train) == 500 and len(val) == 100
+    train, val, _, eos_ids, domains = data.load_task("builtin", tok, 500, 100, seed=0)
+    again_train, again_val, *_ = data.load_task("builtin", tiny_model_dir, 500, 100, seed=0)  # path works too
+    assert len(train) == 500 and len(val) == 100 and eos_ids == {tok.eos_token_id} and domains == ["builtin"]
     assert [p.text for p in train] == [p.text for p in again_train] and [p.id for p in val] == [p.id for p in again_val]
     assert not {p.text for p in train} & {p.text for p in val}                       # held-out never trained on
     assert len({p.text for p in val}) == 100 and len({p.id for p in train + val}) == 600
-    other_train, _, _ = data.load_task("builtin", tok, 500, 100, seed=1)
+    other_train, *_ = data.load_task("builtin", tok, 500, 100, seed=1)
     assert [p.text for p in other_train] != [p.text for p in train]
     p = val[0]
     assert p.input_ids == tok.encode(p.text) and p.difficulty == len(p.text) // 2 and p.answer.isdigit()
@@ -901,17 +946,17 @@ def test_builtin_split_is_disjoint_and_deterministic(tiny_model_dir):
 
 
 def test_jsonl_split_is_disjoint_and_deterministic_and_uses_math_verify(tiny_model_dir):
-    train, val, reward_fn = data.load_task(EXAMPLE, tiny_model_dir, None, 8, seed=0)
-    train2, val2, _ = data.load_task(EXAMPLE, tiny_model_dir, None, 8, seed=0)
+    train, val, *_ = data.load_task(EXAMPLE, tiny_model_dir, 0, 8, seed=0)
+    train2, val2, *_ = data.load_task(EXAMPLE, tiny_model_dir, 0, 8, seed=0)
     lines = sum(1 for line in open(EXAMPLE) if line.strip())
-    assert reward_fn is data.math_reward and len(val) == 8 and len(train) == lines - 8
+    assert len(val) == 8 and len(train) == lines - 8  # n_train=0: every row
     assert [p.id for p in train] == [p.id for p in train2] and [p.id for p in val] == [p.id for p in val2]
     assert not {p.id for p in train} & {p.id for p in val}
-    assert [p.id for p in data.load_task(EXAMPLE, tiny_model_dir, None, 8, seed=1)[1]] != [p.id for p in val]
+    assert [p.id for p in data.load_task(EXAMPLE, tiny_model_dir, 0, 8, seed=1)[1]] != [p.id for p in val]
     assert len(data.load_task(EXAMPLE, tiny_model_dir, 5, 8, seed=0)[0]) == 5  # n_train is "at most"
     p = next(p for p in train + val if p.answer == "\\frac{1}{2}")
     assert p.id.startswith("example_math.jsonl:") and p.input_ids
-    assert reward_fn(p, "<think>...</think>\\boxed{0.5}") == 1.0 and reward_fn(p, "</think>\\boxed{2}") == -1.0
+    assert data.reward(p, "<think>...</think>\\boxed{0.5}") == 1.0 and data.reward(p, "</think>\\boxed{2}") == -1.0
 
 
 def test_jsonl_prompts_go_through_the_chat_template_when_the_tokenizer_has_one(tiny_model_dir):
@@ -924,28 +969,27 @@ def test_jsonl_prompts_go_through_the_chat_template_when_the_tokenizer_has_one(t
 def test_npr_retires_exactly_the_prompts_at_or_above_the_threshold():
     curriculum = data.Curriculum(8, seed=0, npr=True, threshold=0.9)
     first = hand_out_epoch(curriculum)
-    assert sorted(first) == list(range(8)) and curriculum.epoch == 0
+    assert sorted(first) == list(range(8)) and curriculum.epochs == [0]
     rates = {0: 1.0, 1: 0.9, 2: 0.875, 3: 0.5, 4: 0.0, 5: 0.95, 6: 0.25, 7: 0.125}
     for index in first:
         curriculum.update(index, rates[index])
-    assert curriculum.retired_count == 3 and curriculum.retired == {0, 1, 5}
+    assert curriculum.retired == {0, 1, 5}
     second = hand_out_epoch(curriculum)
-    assert sorted(second) == [2, 3, 4, 6, 7] and curriculum.epoch == 1
-    assert curriculum.pass_rate_history[2] == [0.875]
+    assert sorted(second) == [2, 3, 4, 6, 7] and curriculum.epochs == [1]
     for index in second:  # a later low pass rate does not bring a retired prompt back; 7 retires now
         curriculum.update(index, 1.0 if index == 7 else 0.5)
-    assert sorted(hand_out_epoch(curriculum)) == [2, 3, 4, 6] and curriculum.epoch == 2
+    assert sorted(hand_out_epoch(curriculum)) == [2, 3, 4, 6] and curriculum.epochs == [2]
 
 
 def test_npr_skips_a_prompt_retired_after_its_epoch_began():
     curriculum = data.Curriculum(4, seed=0)
     hand_out_epoch(curriculum)
     order = curriculum.order(1)
-    assert curriculum.next() == order[0] and curriculum.epoch == 1
+    assert curriculum.next() == order[0] and curriculum.epochs == [1]
     curriculum.update(order[1], 1.0)  # its epoch-0 group is scored only now, after epoch 1 began
     assert [curriculum.next(), curriculum.next()] == order[2:]
     later = [curriculum.next() for _ in range(3)]  # epoch 2: the other three, in its own order
-    assert later == [i for i in curriculum.order(2) if i != order[1]] and curriculum.epoch == 2
+    assert later == [i for i in curriculum.order(2) if i != order[1]] and curriculum.epochs == [2]
 
 
 def test_uniform_sampling_without_npr_hands_out_every_prompt_each_epoch_in_a_fresh_order():
@@ -955,15 +999,15 @@ def test_uniform_sampling_without_npr_hands_out_every_prompt_each_epoch_in_a_fre
         epochs.append([curriculum.next() for _ in range(6)])
         for index in epochs[-1]:
             curriculum.update(index, 1.0)
-    assert all(sorted(e) == list(range(6)) for e in epochs) and curriculum.retired_count == 0
-    assert len({tuple(e) for e in epochs}) == 3 and curriculum.epoch == 2
+    assert all(sorted(e) == list(range(6)) for e in epochs) and not curriculum.retired
+    assert len({tuple(e) for e in epochs}) == 3 and curriculum.epochs == [2]
 
 
 def test_curriculum_stops_with_none_once_every_prompt_is_retired():
     curriculum = data.Curriculum(3, seed=0)
     for index in hand_out_epoch(curriculum):
         curriculum.update(index, 1.0)
-    assert curriculum.next() is None and curriculum.retired_count == 3
+    assert curriculum.next() is None and len(curriculum.retired) == 3
 
 
 def test_curriculum_state_dict_restores_the_exact_sequence():
@@ -980,13 +1024,13 @@ def test_curriculum_state_dict_restores_the_exact_sequence():
         assert a == b
         if a is not None:
             original.update(a, 1.0), restored.update(b, 1.0)
-    with pytest.raises(DataError, match="10 prompts"):
+    with pytest.raises(DataError, match="n_prompts 10, this run 11"):
         data.Curriculum(11).load_state_dict(saved)
 
 
 def test_tokenizer_round_trips_through_save_autotokenizer_and_keeps_think_tags(tiny_model_dir, tmp_path):
     from transformers import AutoTokenizer
-    built = data.build_tokenizer()
+    built = tiny.build_tokenizer()
     loaded = AutoTokenizer.from_pretrained(tiny_model_dir)
     assert "Qwen" not in type(loaded).__name__  # the trap: a qwen2 config swaps the tokenizer class
     text = "a3b0c2<think>a3b3c5 " + INTERRUPT_PHRASE + "5 What is $\\frac{1}{2}$?\n~"
@@ -1025,25 +1069,25 @@ def test_tiny_model_round_trips_through_save_and_load_untied_and_fp32(tiny_model
 
 def test_tiny_model_build_is_deterministic_atomic_and_cached(tmp_path):
     def build(name, seed):
-        path = data.build_tiny_model(str(tmp_path / name), seed=seed, steps=4, batch_size=4)
+        path = tiny.build_tiny_model(str(tmp_path / name), seed=seed, steps=4, batch_size=4)
         with open(os.path.join(path, "model.safetensors"), "rb") as f:
             return hashlib.sha256(f.read()).hexdigest()
     assert build("a", 3) == build("b", 3) != build("c", 4)
     assert sorted(os.listdir(tmp_path)) == ["a", "b", "c"]  # no temporary directories left behind
     mtime = os.path.getmtime(tmp_path / "a" / "model.safetensors")
-    assert data.build_tiny_model(str(tmp_path / "a"), seed=3, steps=4, batch_size=4) == str(tmp_path / "a")
+    assert tiny.build_tiny_model(str(tmp_path / "a"), seed=3, steps=4, batch_size=4) == str(tmp_path / "a")
     assert os.path.getmtime(tmp_path / "a" / "model.safetensors") == mtime  # reused, not rebuilt
     # the default location names a hash of the settings: changed settings rebuild elsewhere
-    assert data.default_model_dir(0) == data.default_model_dir(0) != data.default_model_dir(0, steps=4)
-    assert data.default_model_dir(0) != data.default_model_dir(1)
-    assert os.path.dirname(data.default_model_dir(0)) == os.path.join(REPO, ".cache")
+    assert tiny.default_model_dir(0) == tiny.default_model_dir(0) != tiny.default_model_dir(0, steps=4)
+    assert tiny.default_model_dir(0) != tiny.default_model_dir(1)
+    assert os.path.dirname(tiny.default_model_dir(0)) == os.path.join(REPO, ".cache")
     with pytest.raises(ValueError, match="unknown warm-up setting"):
-        data.build_tiny_model(str(tmp_path / "d"), step=4)
+        tiny.build_tiny_model(str(tmp_path / "d"), step=4)
 
 
 @pytest.mark.slow
 def test_warm_started_model_pass_rate_lies_in_the_intended_band(tiny_model_dir):
-    stats = data.measure_pass_rate(tiny_model_dir, n_prompts=200, samples=8, seed=1234)
+    stats = tiny.measure_pass_rate(tiny_model_dir, n_prompts=200, samples=8, seed=1234)
     assert 0.1 <= stats["pass_at_1"] <= 0.4, stats         # low enough to leave RL room
     assert stats["pass_at_k"] >= 0.7, stats                 # but RL has something to sharpen
     assert 0.05 <= stats["interrupted"] <= 0.25, stats      # the thinking budget bites
@@ -1082,7 +1126,7 @@ def test_bad_inputs_raise_one_line_errors_naming_file_line_and_field(tmp_path, t
 
     def error(path, **kw):
         with pytest.raises(DataError) as info:
-            data.load_task(path, tiny_model_dir, None, kw.pop("n_val", 1), **kw)
+            data.load_task(path, tiny_model_dir, 0, kw.pop("n_val", 1), **kw)
         assert "\n" not in str(info.value)
         return str(info.value)
 
@@ -1100,14 +1144,14 @@ def test_bad_inputs_raise_one_line_errors_naming_file_line_and_field(tmp_path, t
     with pytest.raises(DataError, match="no tokenizer found"):
         data.load_task("builtin", str(tmp_path / "no-model"), 1, 1)
     with pytest.raises(DataError, match="n_train"):
-        data.load_task("builtin", tiny_model_dir, None, 1)
+        data.load_task("builtin", tiny_model_dir, 0, 1)
     (tmp_path / "half-built").mkdir()
     with pytest.raises(DataError, match="no finished build"):  # never mistaken for a model, never overwritten
-        data.build_tiny_model(str(tmp_path / "half-built"))
+        tiny.build_tiny_model(str(tmp_path / "half-built"))
     result = subprocess.run([sys.executable, os.path.join(REPO, "data.py"), f"--data={tmp_path}/bad.jsonl"],
                             capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 2 and result.stderr.strip().count("\n") == 0, result.stderr
-    assert result.stderr.startswith(f"error: {tmp_path}/bad.jsonl:2: malformed JSON")
+    assert result.stderr.startswith(f"data.py: error: {tmp_path}/bad.jsonl:2: malformed JSON")
 
 
 # -----------------------------------------------------------------------------
@@ -1286,19 +1330,18 @@ def test_the_program_is_the_last_python_block_of_the_final_answer():
 
 def test_unclosed_thinking_scores_minus_one_in_every_domain():
     half = Prompt("x:1", "What is half of 1?", [], "\\frac{1}{2}", domain="m")
-    assert data.math_reward(half, "\\boxed{0.5}") == 1.0                          # no thinking: all of it
-    assert data.math_reward(half, "<think>so it is \\boxed{0.5}") == -1.0         # opened, never closed
+    assert data.reward(half, "\\boxed{0.5}") == 1.0                          # no thinking: all of it
+    assert data.reward(half, "<think>so it is \\boxed{0.5}") == -1.0         # opened, never closed
     opened = Prompt("x:1", "What is half of 1?", [], "\\frac{1}{2}", domain="m", opens_thinking=True)
-    assert data.math_reward(opened, "so it is \\boxed{0.5}") == -1.0              # the template opened it
-    assert data.math_reward(opened, "so it is</think>\\boxed{0.5}") == 1.0
-    assert data.code_reward(code_prompt(), "<think>```python\n" + ADD + "```") == -1.0
-    assert data.code_reward(code_prompt(), "<think>hm</think>```python\n" + ADD + "```") == 1.0
+    assert data.reward(opened, "so it is \\boxed{0.5}") == -1.0              # the template opened it
+    assert data.reward(opened, "so it is</think>\\boxed{0.5}") == 1.0
+    assert data.reward(code_prompt(), "<think>```python\n" + ADD + "```") == -1.0
+    assert data.reward(code_prompt(), "<think>hm</think>```python\n" + ADD + "```") == 1.0
 
 
 @pytest.mark.slow
 def test_a_math_and_a_code_prompt_in_one_batch_get_the_right_rewards(tok):
-    train, val, reward_fn = data.load_task(f"{EXAMPLE},{EXAMPLE_CODE}", tok, None, 2)
-    assert reward_fn is data.reward
+    train, val, *_ = data.load_task(f"{EXAMPLE},{EXAMPLE_CODE}", tok, 0, 2)
     prompts = {p.id: p for p in train + val}
     math = next(p for p in prompts.values() if p.answer == "56")
     code = next(p for p in prompts.values() if p.code and p.code.get("fn_name") == "add")
@@ -1308,22 +1351,21 @@ def test_a_math_and_a_code_prompt_in_one_batch_get_the_right_rewards(tok):
              (math, "</think>\\boxed{54}"), (code, "</think>```python\ndef add(a, b):\n    return a - b\n```"),
              (code, "</think>no code"), (asserts, "</think>" + program), (code, "<think>" + program)]
     expected = [1.0, 1.0, -1.0, -1.0, -1.0, 1.0, -1.0]
-    assert reward_fn.batch(pairs) == expected and [reward_fn(p, text) for p, text in pairs] == expected
-    assert data.math_reward.batch(pairs[:1]) == [1.0] and data.builtin_reward.batch([]) == []
+    assert data.score(pairs) == expected and [data.reward(p, text) for p, text in pairs] == expected
+    assert data.score(pairs[:1]) == [1.0] and data.score([]) == []
 
 
 def test_several_datasets_keep_their_domains_and_hold_out_n_val_of_each(tok):
-    train, val, reward_fn = data.load_task(f"builtin,{EXAMPLE_CODE}", tok, 50, 5, seed=0)
-    assert reward_fn is data.reward and {p.domain for p in val} == {"builtin", "example_code"}
+    train, val, _, _, domains = data.load_task(f"builtin,{EXAMPLE_CODE}", tok, 50, 5, seed=0)
+    assert {p.domain for p in val} == {"builtin", "example_code"} and domains == ["builtin", "example_code"]
     assert sum(p.domain == "builtin" for p in val) == 5 == sum(p.domain == "example_code" for p in val)
     code_rows = sum(1 for line in open(EXAMPLE_CODE) if line.strip())
     assert sum(p.domain == "builtin" for p in train) == 50 and sum(p.code is not None for p in train) == code_rows - 5
-    alone_train, alone_val, alone_reward = data.load_task("builtin", tok, 50, 5, seed=0)  # each split as if alone
+    alone_train, alone_val, *_ = data.load_task("builtin", tok, 50, 5, seed=0)  # each split as if alone
     assert [p.id for p in alone_train + alone_val] == [p.id for p in train + val if p.domain == "builtin"]
-    code_train, code_val, code_reward = data.load_task(EXAMPLE_CODE, tok, None, 5, seed=0)
-    assert [p.id for p in code_val] == [p.id for p in val if p.code] and code_reward is data.code_reward
-    assert alone_reward is data.builtin_reward and all(p.weight is None for p in train)
-    weighted, _, _ = data.load_task(f"builtin:3,{EXAMPLE_CODE}:1", tok, 50, 5, seed=0)
+    code_train, code_val, *_ = data.load_task(EXAMPLE_CODE, tok, 0, 5, seed=0)
+    assert [p.id for p in code_val] == [p.id for p in val if p.code] and all(p.weight is None for p in train)
+    weighted, *_ = data.load_task(f"builtin:3,{EXAMPLE_CODE}:1", tok, 50, 5, seed=0)
     assert {(p.domain, p.weight) for p in weighted} == {("builtin", 3.0), ("example_code", 1.0)}
 
 
@@ -1355,7 +1397,7 @@ def test_malformed_code_rows_raise_one_line_errors_naming_file_line_and_field(tm
         path = tmp_path / f"bad{i}.jsonl"
         path.write_text(good + row + "\n" + good)
         with pytest.raises(DataError) as info:
-            data.load_task(str(path), tok, None, 1)
+            data.load_task(str(path), tok, 0, 1)
         assert str(info.value).startswith(f"{path}:2: ") and message in str(info.value) and "\n" not in str(info.value), info.value
 
 
@@ -1374,14 +1416,12 @@ def test_weighted_curriculum_draws_domains_in_proportion_and_resumes_exactly():
     assert restored.state_dict() == curriculum.state_dict() and saved["domains"] == ["m", "c"]
     following = [curriculum.next() for _ in range(12)]
     assert following == [restored.next() for _ in range(12)] and all(domains[i] == "m" for i in following)
-    with pytest.raises(DataError, match="weighted domains"):
+    with pytest.raises(DataError, match=r"domains \['m', 'c'\], this run \[None\]"):
         data.Curriculum(9).load_state_dict(saved)
     plain = data.Curriculum(9, seed=1).order(0)  # no weights, or one weighted domain: one stream, as before
     for pooled in (data.Curriculum(9, seed=1, domains=domains, weights=[None] * 9),
                    data.Curriculum(9, seed=1, domains=["m"] * 9, weights=[2.0] * 9)):
-        assert [pooled.next() for _ in range(9)] == plain and "domains" not in pooled.state_dict()
-    with pytest.raises(DataError, match="one positive weight"):
-        data.Curriculum(9, domains=domains, weights=[2.0] * 8 + [1.0])
+        assert [pooled.next() for _ in range(9)] == plain and pooled.state_dict()["domains"] == [None]
 
 
 def test_fit_curve_fits_one_domain_with_y_and_names_a_missing_key(tmp_path):
@@ -1773,13 +1813,13 @@ def test_bad_configs_fail_before_any_work_with_one_line_errors(train_config, cap
 def test_n_train_0_takes_every_row_of_a_jsonl_file(tiny_model_dir, train_config):
     rows = sum(1 for line in open(EXAMPLE) if line.strip())
     train_config.configure([f"--data_path={EXAMPLE}", "--n_train=0", "--n_val=3"])
-    task = train.load_task(tiny_model_dir, ONE_PROCESS)
+    task = data.load_task(train.data_path, tiny_model_dir, train.n_train, train.n_val)
     assert len(task.prompts) == rows - 3 and len(task.val_prompts) == 3
     train_config.configure(["--n_train=5"])
-    assert len(train.load_task(tiny_model_dir, ONE_PROCESS).prompts) == 5
+    assert len(data.load_task(train.data_path, tiny_model_dir, train.n_train, train.n_val).prompts) == 5
 
 # -----------------------------------------------------------------------------
-# the scheduler (train.Rollouts), with fake samplers: milliseconds a run
+# the scheduler (scheduler.Rollouts), with fake samplers: milliseconds a run
 
 # configurations in which the rule before this one trained groups at a lag above k (found by a random
 # search over these parameters; 21 of 300 leaked): many old groups finishing at once after a straggler
@@ -1844,13 +1884,12 @@ def test_validation_groups_come_back_from_collect_and_training_groups_wait_for_t
     assert rollouts.in_flight() == first[2:4]  # handed out, not trained: a checkpoint hands them out again
 
 
-def test_evaluate_counts_the_training_tokens_decoded_during_validation(train_config):
+def test_evaluate_counts_the_training_tokens_decoded_during_validation(train_config, monkeypatch):
     train_config.configure(["--eval_samples=2"])
     prompts = [Prompt(f"v{i}", "", [1, 2], "0", domain=d) for i, d in enumerate(["math", "code", "math"])]
-    reward_fn = lambda prompt, text: 1.0 if prompt.domain == "math" else -1.0
-    reward_fn.batch = lambda pairs: [reward_fn(*p) for p in pairs]
-    task = train.Task(prompts, prompts, reward_fn, data.build_tokenizer(), {1}, ["code", "math"])
-    rollouts = train.Rollouts(data.Curriculum(3), prompts, 2, 1, 1, "pipeline")
+    monkeypatch.setattr(data, "score", lambda pairs: [1.0 if prompt.domain == "math" else -1.0 for prompt, _ in pairs])
+    task = data.Task(prompts, prompts, tiny.build_tokenizer(), {1}, ["code", "math"])
+    rollouts = scheduler.Rollouts(data.Curriculum(3), prompts, 2, 1, 1, "pipeline")
     samplers = FakeSamplers(1, 64, lambda t: 10)  # training groups: 10 steps; validation groups: 3
     rollouts.hand_out(samplers, 0, room=100)  # 2 training groups of 2 completions
     samplers.step()
@@ -1887,7 +1926,7 @@ def test_micro_batches_pack_rows_by_count_or_padded_tokens_with_the_same_number_
 
 def test_loss_and_gradients_are_equal_with_and_without_activation_checkpointing_and_token_micro_batches(
         tiny_model_dir, train_config):
-    groups = fixed_batch(len(data.build_tokenizer()))
+    groups = fixed_batch(len(tiny.build_tokenizer()))
     results = {}
     for name, args in [("rows", ["--micro_batch=64"]), ("rows of 3", ["--micro_batch=3"]),
                        ("tokens", ["--micro_batch=0", "--micro_batch_tokens=40"]),
@@ -1907,15 +1946,15 @@ def test_bf16_compute_with_fp32_master_weights_moves_every_weight_at_lr_5e_7(tin
     assert all(p.dtype == torch.float32 for p in policy.model.parameters())  # master weights and AdamW state
     assert all(p.dtype == torch.bfloat16 for p in compute.parameters())      # forward and backward
     before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
-    stats = train.train_step(policy, fixed_batch(len(data.build_tokenizer())), 0, 0)
+    stats = train.train_step(policy, fixed_batch(len(tiny.build_tokenizer())), 0, 0)
     assert "skipped" not in stats
     changed = sum((p != before[n]).sum().item() for n, p in policy.model.named_parameters())
     assert changed >= 0.99 * sum(p.numel() for p in before.values())  # Adam's first step moves each by ~lr
     # what the samplers receive is the bf16 cast of the master weights: the one-process sampler's module...
     assert all(torch.equal(c, p.to(torch.bfloat16)) for c, p in zip(compute.parameters(), policy.model.parameters()))
     # ... and the buckets pushed to other ranks or to vLLM
-    plan = distributed.weight_plan(policy.model, 1 << 16, torch.bfloat16)
-    pushed = dict(t for bucket, flat in zip(plan, distributed.weight_buckets(policy.model, plan, torch.bfloat16))
+    plan = P.weight_plan(policy.model, 1 << 16, torch.bfloat16)
+    pushed = dict(t for bucket, flat in zip(plan, P.weight_buckets(policy.model, plan, torch.bfloat16))
                   for t in distributed.unflatten(bucket, flat))
     assert all(torch.equal(pushed[n], p.to(torch.bfloat16)) for n, p in policy.model.named_parameters())
 
@@ -1936,12 +1975,12 @@ def test_bf16_weights_stepped_without_an_fp32_master_barely_move_at_lr_5e_7(tiny
 def test_a_non_finite_loss_is_skipped_and_not_applied(tiny_model_dir, train_config):
     from sample import Completion, Group
     tok = data.load_tokenizer(tiny_model_dir)
-    prompts, _, reward_fn = data.load_task("builtin", tok, 4, 1, seed=0)
-    task = train.Task(prompts, [], reward_fn, tok, {tok.eos_token_id}, ["builtin"])
+    task = data.load_task("builtin", tok, 4, 1, seed=0)
+    prompts = task.prompts
     train_config.configure(["--lr=1e-3"])
-    policy = train.load_policy(tiny_model_dir, ONE_PROCESS, None)
+    policy = train.make_policy(tiny_model_dir, ONE_PROCESS)
     terms = [int(c) for c in prompts[0].text[1::2]]
-    thinking, _, answer = data.teacher_completion(terms, random.Random(0))
+    thinking, _, answer = tiny.teacher_completion(terms, random.Random(0))
 
     def group(behaviour_nan):
         completions = []
@@ -1953,7 +1992,7 @@ def test_a_non_finite_loss_is_skipped_and_not_applied(tiny_model_dir, train_conf
                 logprobs[0] = math.nan  # a broken behaviour log-prob on a policy token: the loss is NaN
             completions.append(Completion(ids, logprobs.tolist(), [0] * len(ids), [True] * len(ids), "eos"))
         g = Group(0, prompts[0].input_ids, completions, index=0)
-        train.score([g], task, data.Curriculum(4))
+        train.reward_groups([g], task, data.Curriculum(4))
         assert g.rewards == [1.0, -1.0]
         return g
 
@@ -2062,8 +2101,7 @@ def test_resume_after_a_hard_kill_continues_the_log_and_the_curriculum(tiny_mode
     assert [r["step"] for r in rows if "val_reward" in r] == [0, 4, 8, 12]
     final = torch.load(out / "ckpt" / "state.pt", weights_only=False)
     before, after = saved["shares"][0]["curriculum"], final["shares"][0]["curriculum"]
-    assert sum(map(len, after["pass_rate_history"])) == 12 * 16  # every trained group counted exactly once
-    assert after["position"] + after["epoch"] * 2000 > before["position"] + before["epoch"] * 2000
+    assert after["positions"][0] + after["epochs"][0] * 2000 > before["positions"][0] + before["epochs"][0] * 2000
     assert rows[9]["gpu_hours"] > rows[8]["gpu_hours"]  # the counters continued
 
 
@@ -2157,8 +2195,8 @@ def test_a_rollout_message_of_20_mb_crosses_the_control_group_intact():
     payload = distributed.pack(message)
     assert 20e6 < payload.numel() < 14 * 14000 * 16 * 8  # arrays, not pickled lists (~15 bytes a token)
     pair = gloo_pair()
-    receiver = distributed.Mailbox(pair[0], peers=[1], senders=[1], timeout_s=30, heartbeat=NoHeartbeat())
-    sender = distributed.Mailbox(pair[1], peers=[0], senders=[], timeout_s=30, heartbeat=NoHeartbeat())
+    receiver = distributed.Mailbox(pair[0], senders=[1], timeout_s=30, heartbeat=NoHeartbeat())
+    sender = distributed.Mailbox(pair[1], senders=[], timeout_s=30, heartbeat=NoHeartbeat())
     sender.send(0, message)
     sender.send(0, ("bye",))
     received = receiver.get(1, "rank 1")
@@ -2426,10 +2464,10 @@ def harness_buckets(out, *bucket_sizes):
     model = LlamaForCausalLM(LlamaConfig(vocab_size=6000, hidden_size=512, intermediate_size=1536,
                                          num_hidden_layers=4, num_attention_heads=8, tie_word_embeddings=False))
     if layout.role != "sampler":
-        distributed.shard(model, torch.float32, root=L.TokenLogprobs(model))
+        P.shard(model, torch.float32, root=L.TokenLogprobs(model))
     params, result = dict(model.named_parameters()), dict(extra={}, received={})
     for size in map(int, bucket_sizes):
-        plan = distributed.weight_plan(model, size, torch.float32)
+        plan = P.weight_plan(model, size, torch.float32)
         gc.collect()
         peak = peak_rss_reset()
         before = peak()
@@ -2438,14 +2476,14 @@ def harness_buckets(out, *bucket_sizes):
                 for name, t in distributed.receive_buckets(layout.weight_group, plan, torch.float32, "cpu", 60):
                     params[name].copy_(t)
         else:
-            for flat in distributed.weight_buckets(model, plan, torch.float32):
+            for flat in P.weight_buckets(model, plan, torch.float32):
                 if flat is not None:  # the master
                     distributed.broadcast(layout.weight_group, flat, 60, "sampler rank 2")
         result["extra"][size] = peak() - before
         if layout.role == "sampler":
             result["received"][size] = {n: p.detach().clone() for n, p in params.items()}
     if layout.role != "sampler":  # the reference: the trainers' weights, gathered on the master
-        result["full"] = {n: distributed.gather_to_master(p, torch.float32) for n, p in params.items()}
+        result["full"] = {n: P.gather_to_master(p, torch.float32) for n, p in params.items()}
     torch.save(result, os.path.join(out, f"rank{layout.rank}.pt"))
     end_harness(layout)
 

@@ -12,10 +12,10 @@ directory; 8 prompts of 64 random tokens x 8 completions of exactly 2,048 tokens
 each group. Two trainers in turn, each sampling one batch with sample.TorchSampler and then taking --steps
 train.train_step steps on it (lr 5e-7, no warm-up, activation checkpointing, micro-batches of <= 16,384 padded
 tokens, trained although cut at the length limit):
-  fsdp2   train.load_policy's FSDP2 branch at world size 1 (a one-rank NCCL / gloo group): fp32 parameters and
+  fsdp2   train.make_policy's FSDP2 branch at world size 1 (a one-rank NCCL / gloo group): fp32 parameters and
           AdamW state (foreach=True, on DTensors), bf16 compute by MixedPrecisionPolicy, the root sharded; the
-          sampler is a bf16 copy of its own that train.push_weights feeds in buckets, as it feeds vLLM
-  single  train.load_policy in one process: fp32 master weights, a bf16 compute copy the sampler decodes with
+          sampler is a bf16 copy of its own that policy.push_weights feeds in buckets, as it feeds vLLM
+  single  train.make_policy in one process: fp32 master weights, a bf16 compute copy the sampler decodes with
 
 Figures, one line each, then one JSON line for the README:
   load, push    s to build the policy and its sampler; s of a push, and whether the sampler then holds exactly
@@ -54,6 +54,7 @@ import distributed  # noqa: E402
 import loss as L  # noqa: E402
 import memory  # noqa: E402
 import train  # noqa: E402
+from policy import push_weights, weight_plan  # noqa: E402
 from sample import TorchSampler  # noqa: E402
 
 FULL = dict(hidden_size=1024, num_hidden_layers=28, intermediate_size=3072, num_attention_heads=16,
@@ -145,24 +146,24 @@ def run_path(name, model_dir, layout, prompts, args, device, out):
                                     store=dist.HashStore(), rank=0, world_size=1)
         # load_policy shards when 2+ trainers sit beside sampler ranks: a layout that says so, then the policy
         # told it is the only trainer (rank 0 of 1: no loss scaling, every row its own)
-        policy = train.load_policy(model_dir, layout._replace(trainers=2, samplers=1), None)._replace(ranks=1)
+        policy = train.make_policy(model_dir, layout._replace(trainers=2, samplers=1))._replace(ranks=1)
         sampler_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, train.dtype))
         sampler_model = sampler_model.to(device).eval()  # a sampler's own copy, as train.make_sampler makes it
     else:
-        policy = train.load_policy(model_dir, layout, None)
+        policy = train.make_policy(model_dir, layout)
         sampler_model = policy.logprobs.model  # the trainer's compute copy itself
     sampler = TorchSampler(sampler_model, temperature=train.temperature, fp32_head=train.fp32_head,
                            max_seqs=len(prompts) * args.samples, seed=args.seed, eos_ids=(), think_budget=None,
                            max_new_tokens=args.new_tokens)
     out["load_s"] = now(device) - t
     t = now(device)
-    train.push_weights(policy, sampler, 0, layout)  # fsdp2: the bucketed push; single: the version only
+    push_weights(policy, sampler, 0, getattr(torch, train.dtype), train.weight_bucket_mb << 20)  # fsdp2: buckets
     out["push_s"] = now(device) - t
     received = dict(sampler.model.named_parameters())
     exact = lambda: all(torch.equal(received[n], whole(p).to(received[n].dtype))
                         for n, p in policy.model.named_parameters())
     out["push_exact"] = exact()  # and again after the last step, when the weights have moved
-    buckets = len(distributed.weight_plan(policy.model, train.weight_bucket_mb << 20, getattr(torch, train.dtype)))
+    buckets = len(weight_plan(policy.model, train.weight_bucket_mb << 20, getattr(torch, train.dtype)))
     how = "shared module" if sampler_model is policy.logprobs.model else f"{buckets} bucket{'s' if buckets > 1 else ''}"
     print(f"{name}: load {out['load_s']:.1f} s | push {out['push_s']:.2f} s ({how}), exact {out['push_exact']}",
           flush=True)
@@ -197,7 +198,7 @@ def run_path(name, model_dir, layout, prompts, args, device, out):
             out.update(changed=changed / n_params, train_step_mismatch=stats["logprob_mismatch"])
             line += f" | changed {out['changed']:.4f} of the master weights"
         t = now(device)
-        train.push_weights(policy, sampler, step + 1, layout)
+        push_weights(policy, sampler, step + 1, getattr(torch, train.dtype), train.weight_bucket_mb << 20)
         out["push_after_step_s"], out["push_exact"] = now(device) - t, out["push_exact"] and exact()
         print(line + f" | push {out['push_after_step_s']:.2f} s, exact {out['push_exact']}", flush=True)
 

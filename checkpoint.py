@@ -1,0 +1,91 @@
+"""
+A run's out_dir, written by the master and read back on resume: config.json; log.jsonl, the config (and the
+sandbox's isolation) on its first line, then one JSON object per optimizer step, appended and flushed (the
+contract with fit_curve.py: README, "The log"); ckpt/, a Hugging Face model directory (fp32 weights and the
+tokenizer: transformers and vLLM load it as it is) with optimizer.pt and state.pt (step, counters, curriculum,
+the step's log row), written beside the old one and swapped in. On resume the log is read once and cut back
+to the checkpoint's step: it goes on with no gap and no duplicate.
+"""
+
+import json
+import os
+import shutil
+import time
+from collections import defaultdict, namedtuple
+
+import torch
+
+from fit_curve import fit_sigmoid
+from policy import full_state
+
+Log = namedtuple("Log", "file history")  # history: log key -> [(gpu_hours, value)] for the live fits
+
+
+def resume(out_dir):
+    """-> (the checkpoint's directory, its state, the log's rows up to its step), or None: no complete checkpoint."""
+    for path in (os.path.join(out_dir, d) for d in ("ckpt", "ckpt.old")):
+        if os.path.isfile(os.path.join(path, "state.pt")):
+            state = torch.load(os.path.join(path, "state.pt"), weights_only=False)
+            with open(os.path.join(out_dir, "log.jsonl")) as f:  # a hard kill may leave half a line: dropped
+                rows = [json.loads(line) for line in f if line.endswith("\n")]
+            return path, state, [r for r in rows if r.get("step", -1) <= state["step"]]
+    return None
+
+
+def open_log(out_dir, header, rows=None):
+    """The master's config.json and log.jsonl: a new run (rows None) writes the header line; a resumed one
+    rewrites its rows (the lines after its checkpoint are a crash's leftovers) and appends after them."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(header["config"], f, indent=1)
+    path, history = os.path.join(out_dir, "log.jsonl"), defaultdict(list)
+    if rows is not None:
+        with open(path + ".tmp", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+        os.replace(path + ".tmp", path)
+        for r in rows:
+            for key in (k for k in r if k.startswith("val_reward")):
+                history[key].append((r["gpu_hours"], r[key]))
+    log = Log(open(path, "a"), history)
+    if rows is None:
+        print(json.dumps(header), file=log.file, flush=True)
+    return log
+
+
+def log_step(log, row, t_start):
+    """The live scaling-law fits on validation steps (one per domain), the JSONL row, the human line."""
+    for key in [k for k in row if k.startswith("val_reward")]:
+        log.history[key].append((row["gpu_hours"], row[key]))
+        try:  # live prediction: the same fit as `python fit_curve.py out/log.jsonl --y=KEY`
+            fit = fit_sigmoid(*zip(*log.history[key]))
+            suffix = key.removeprefix("val_reward")
+            row.update({f"fit_A{suffix}": fit.A, f"fit_B{suffix}": fit.B, f"fit_C_mid{suffix}": fit.C_mid})
+        except ValueError:
+            pass  # fewer than 4 points past the early transient
+    row["time"] = time.time() - t_start
+    print(json.dumps(row), file=log.file, flush=True)  # flushed: fit_curve.py may read a live run
+    line = [f"step {row['step']}"] + ([f"reward {row['train_reward']:+.3f}", f"loss {row['loss']:.4f}"]
+                                      if "train_reward" in row else [])
+    if "val_reward" in row:
+        line.append(f"val {row['val_reward']:.3f}" + (f" (fit A {row['fit_A']:.3f})" if "fit_A" in row else ""))
+    line += [f"lag {row['policy_lag_mean']:.2f}"] if "policy_lag_mean" in row else []
+    print(" | ".join(line + [f"{row.get('step_time', 0.0):.2f} s", f"{row['time']:.0f} s total"]), flush=True)
+
+
+def save(out_dir, policy, tokenizer, state):
+    """Every trainer calls it (full_state's gathers are collectives); the master writes ckpt.tmp, state.pt last
+    (its presence marks a complete directory), and swaps it in."""
+    weights, optimizer_state = full_state(policy)
+    if weights is None:
+        return
+    tmp, final, old = (os.path.join(out_dir, d) for d in ("ckpt.tmp", "ckpt", "ckpt.old"))
+    shutil.rmtree(tmp, ignore_errors=True)
+    policy.model.save_pretrained(tmp, state_dict=weights, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    torch.save(optimizer_state, os.path.join(tmp, "optimizer.pt"))
+    torch.save(state, os.path.join(tmp, "state.pt"))
+    if os.path.isdir(final):  # a crash leaves either ckpt or ckpt.old complete, never a half-written ckpt
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(final, old)
+    os.rename(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,53 @@
+"""
+nanoGPT's configurator, strict, for every entry point: config files (plain assignments, config/*.py) and
+--key=value override the defaults in order (python train.py config/scalerl_1gpu.py --lr=1e-6). An unknown key,
+a value of the wrong type or outside its allowed values is one line on stderr and exit code 2, before any work.
+"""
+
+import os
+import sys
+from ast import literal_eval
+
+
+def fail(program, message):
+    """Bad input or config: one line, exit code 2."""
+    print(f"{program}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def configure(defaults, args, program, rules=None):
+    """defaults: {key: default value} (a value's type is its key's type); args: config files and --key=value,
+    applied in order; rules: {key: a tuple of the allowed values, or the smallest allowed number}.
+    -> a new dict with the overrides applied and checked."""
+    config = dict(defaults)
+    for arg in args:
+        if arg.startswith("--"):
+            key, eq, text = arg[2:].partition("=")
+            if not eq:
+                fail(program, f"{arg}: expected --key=value")
+            try:
+                value = literal_eval(text)
+            except (ValueError, SyntaxError):
+                value = text  # a bare string: --out_dir=out-dapo
+            items = {key: value}
+        else:
+            if not os.path.isfile(arg):
+                fail(program, f"{arg}: no such config file")
+            namespace = {}
+            exec(open(arg).read(), namespace)
+            items = {k: v for k, v in namespace.items() if not k.startswith("_")}
+        for key, value in items.items():
+            if key not in config:
+                fail(program, f"{arg}: unknown config key {key!r}; valid keys: {', '.join(config)}")
+            if type(config[key]) is float and type(value) is int:
+                value = float(value)
+            if type(value) is not type(config[key]):
+                fail(program, f"{arg}: {key} must be {type(config[key]).__name__}, got {value!r}")
+            config[key] = value
+    for key, allowed in (rules or {}).items():
+        value = config[key]
+        if isinstance(allowed, tuple) and value not in allowed:
+            fail(program, f"{key}={value!r}: must be one of {', '.join(map(str, allowed))}")
+        if not isinstance(allowed, tuple) and value < allowed:
+            fail(program, f"{key}={value!r}: must be >= {allowed}" + (" (0: no limit)" if allowed == 0 else ""))
+    return config

@@ -1,0 +1,166 @@
+"""
+The policy's parameters on the trainer ranks, and their way out (distributed.py carries them between ranks):
+fp32 parameters and AdamW state with compute in `dtype`, by FSDP2 across trainer ranks (MixedPrecisionPolicy)
+or by a bf16 copy in one process (the same numerics); the full weights gathered to the master for
+checkpoints, and in buckets, cast, for the samplers, so that no rank holds a second full copy. An Adam step
+at the paper's lr 5e-7 is below bf16's resolution for most weights: bf16 master weights would not learn.
+"""
+import copy
+import os
+from collections import namedtuple
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
+                                                     set_optimizer_state_dict)
+from transformers import AutoModelForCausalLM
+
+import loss as L
+from distributed import RemoteSamplers, bucket_plan, naming_peers, unflatten
+
+Policy = namedtuple("Policy", "model logprobs optimizer rank ranks sharded")
+# model holds the fp32 parameters (AdamW steps them, checkpoints save them, the samplers get them cast);
+# logprobs (loss.TokenLogprobs) computes with them, on the model itself or on its bf16 copy, and is the
+# FSDP2 root when sharded; rank / ranks: this trainer among the trainers.
+
+
+def load_policy(path, device, rank, ranks, sharded, dtype, checkpoint_activations, resume, **adamw):
+    """The trainer's Policy from a Hugging Face directory (and its optimizer.pt when resuming). sharded:
+    FSDP2 over the `ranks` trainers (separate sampler ranks); otherwise every rank holds the whole model."""
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).train()
+    if checkpoint_activations:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=dict(use_reentrant=False))
+    if sharded:
+        logprobs = L.TokenLogprobs(model)
+        shard(model, dtype, root=logprobs)
+    else:
+        logprobs = L.TokenLogprobs(compute_copy(model, dtype))
+    # foreach: under FSDP2 every parameter is a DTensor (the root is sharded too), so the multi-tensor path
+    # that CUDA picks by default works; CPUs take it as well, so the tests run what GPUs run
+    optimizer = torch.optim.AdamW(model.parameters(), foreach=True, **adamw)
+    if resume:
+        state = torch.load(os.path.join(path, "optimizer.pt"), weights_only=False) if rank == 0 or not sharded else {}
+        set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True,
+                                                                                   broadcast_from_rank0=sharded))
+    return Policy(model, logprobs, optimizer, rank, ranks, sharded)
+
+
+def shard(model, dtype, root):
+    """FSDP2 over the trainers' group: every decoder layer (resharded after forward), then the root (`root`, whose
+    forward uses the embeddings, the final norm and the head). fp32 shards; each forward gathers in `dtype`
+    (bf16 on GPUs) and gradients are reduced in fp32 (MixedPrecisionPolicy)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    mixed = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    for layer in model.base_model.layers:
+        fully_shard(layer, mp_policy=mixed, reshard_after_forward=True)
+    fully_shard(root, mp_policy=mixed)
+
+
+def compute_copy(model, dtype):
+    """One process, or data parallel, in bf16: FSDP2's numerics without FSDP2. The copy in `dtype` runs forward
+    and backward (and, in one process, decodes); add_grads() after each micro-batch, copy_weights() after each step."""
+    return model if dtype == torch.float32 else copy.deepcopy(model).to(dtype)
+
+
+@torch.no_grad()
+def add_grads(model, compute):
+    """The compute copy's gradients of one micro-batch, added to the fp32 parameters' (accumulated in fp32)."""
+    if compute is model:
+        return
+    for p, c in zip(model.parameters(), compute.parameters()):
+        if c.grad is not None:
+            p.grad = c.grad.float() if p.grad is None else p.grad.add_(c.grad)
+            c.grad = None
+
+
+@torch.no_grad()
+def copy_weights(model, compute):
+    """After an optimizer step: the compute copy takes the new fp32 weights, rounded to its dtype."""
+    if compute is not model:
+        for p, c in zip(model.parameters(), compute.parameters()):
+            c.copy_(p)
+
+
+def sync_grads(model, n_trainers):
+    """Data parallel (plain modules): average the gradients over the trainers, one all-reduce of one flat
+    buffer. FSDP2 modules (DTensor gradients) reduce their own."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None and not hasattr(p.grad, "full_tensor")]
+    if n_trainers == 1 or not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    with naming_peers("a data-parallel rank died or stopped answering"):
+        dist.all_reduce(flat)
+    flat /= n_trainers
+    for g, part in zip(grads, torch.split(flat, [g.numel() for g in grads])):
+        g.copy_(part.view_as(g))
+
+
+def gather_to_master(param, dtype):
+    """A parameter's full tensor in `dtype` on trainer rank 0, None on the others. FSDP2 shards (DTensors
+    split in dim-0 chunks of ceil(n / T) rows, the last ones shorter or empty) are cast, padded to one
+    chunk and gathered straight into one buffer on rank 0 only: followers never hold a full tensor."""
+    if not hasattr(param, "full_tensor"):
+        return param.detach().to(dtype)  # one trainer, or data parallel: every rank holds it whole
+    world, rank = dist.get_world_size(), dist.get_rank()
+    rows = param.shape[0]
+    chunk = -(-rows // world)
+    local = param.to_local().detach()
+    padded = local.to(dtype) if local.shape[0] == chunk else torch.cat([local.to(dtype), local.new_zeros(
+        (chunk - local.shape[0], *local.shape[1:]), dtype=dtype)])
+    full = padded.new_empty((chunk * world, *param.shape[1:])) if rank == 0 else None
+    with naming_peers("a trainer rank died or stopped answering (weight gather)"):
+        dist.gather(padded, list(full.chunk(world)) if full is not None else None, dst=0)
+    return full[:rows] if full is not None else None
+
+
+def full_state(policy):
+    """Every trainer calls it (the gathers are collectives) -> the fp32 weights {name: CPU tensor} and the
+    full optimizer state on trainer rank 0; (None, None) on the others."""
+    weights = {name: gather_to_master(p, torch.float32) for name, p in policy.model.named_parameters()}
+    optimizer_state = get_optimizer_state_dict(policy.model, policy.optimizer, options=StateDictOptions(
+        full_state_dict=True, cpu_offload=True))
+    return ({k: v.cpu() for k, v in weights.items()}, optimizer_state) if policy.rank == 0 else (None, None)
+
+
+def weight_plan(model, bucket_bytes, dtype):
+    """The buckets of a push: the model's parameters in order, sized as `dtype` (what the samplers run)."""
+    return bucket_plan([(name, tuple(p.shape)) for name, p in model.named_parameters()], bucket_bytes,
+                       torch.finfo(dtype).bits // 8)
+
+
+def weight_buckets(model, plan, dtype):
+    """Every trainer iterates it (the gathers are collectives) -> one flat `dtype` tensor per bucket on the
+    master, None elsewhere. Each tensor is packed into the bucket as its gather lands, so the master holds
+    at most the bucket and one gathered tensor (a bucket of one tensor is that tensor, not a copy)."""
+    params = dict(model.named_parameters())
+    for bucket in plan:
+        flat, offset = None, 0
+        for name, shape in bucket:
+            full = gather_to_master(params[name], dtype)
+            if full is not None and len(bucket) == 1:
+                flat = full.reshape(-1)
+            elif full is not None:
+                if flat is None:
+                    flat = full.new_empty(sum(int(np.prod(s)) for _, s in bucket))
+                flat[offset:offset + full.numel()].copy_(full.reshape(-1))
+            offset += int(np.prod(shape))
+            del full
+        yield flat
+
+
+def push_weights(policy, samplers, version, dtype, bucket_bytes):
+    """After a step, the new weights into every sampler, in flight (PipelineRL), in buckets cast to `dtype`: to
+    the sampler ranks, or into vLLM in this process as an iterator. A torch sampler that decodes with the
+    trainer's own module has nothing to copy; a follower trainer (samplers None) joins the gathers only."""
+    if getattr(samplers, "model", None) is policy.logprobs.model:
+        return samplers.update_weights(None, version)
+    plan = weight_plan(policy.model, bucket_bytes, dtype)
+    flats = weight_buckets(policy.model, plan, dtype)
+    if samplers is None:
+        for _ in flats:
+            pass
+    elif isinstance(samplers, RemoteSamplers):
+        samplers.update_weights(plan, flats, dtype, version)
+    else:
+        samplers.update_weights((t for bucket, flat in zip(plan, flats) for t in unflatten(bucket, flat)), version)

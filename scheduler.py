@@ -1,0 +1,73 @@
+"""
+ScaleRL's off-policy rule (train.py's loop drives it; test_all.py with fake samplers, milliseconds a run).
+"""
+
+
+class Rollouts:
+    """Hands prompts to the samplers and decides which finished groups train at which step. Every group gets
+    a ticket in hand-out order and remembers the policy version it was handed out under, v0: its tokens come
+    from versions >= v0, so trained at step s (the trainer holds version s) none of them lags more than s - v0.
+      PipelineRL-k (ScaleRL sec. 3.1): the samplers never idle, and a group must train by step v0 + k,
+        its deadline. A step takes the P oldest finished groups unless that would leave some untrained
+        group unable to meet its deadline (at P groups a step, the j-th earliest remaining deadline needs
+        step + 1 + j // P <= it): then it waits for the stragglers. Hand-outs stop at (k+1) P untrained
+        groups, which keeps every deadline reachable. So the lag never exceeds k, in any finishing order.
+      PPO-off-policy-k: k P prompts under one policy; once all are finished, k steps of P each (each
+        step normalises its advantages over its own P groups, not over the round's k P: ours).
+    Validation groups (prompt ids ("val", i)) share the samplers; collect() hands them back."""
+
+    def __init__(self, curriculum, prompts, group_size, batch_size, max_lag, mode, requeue=()):
+        self.curriculum, self.prompts, self.group_size = curriculum, prompts, group_size
+        self.P, self.k, self.mode = batch_size, max_lag, mode
+        self.requeue = list(requeue)  # prompts handed out before a resume and never trained: first again
+        self.pending = {}             # ticket -> (prompt index, v0) of every group not yet trained
+        self.finished = {}            # ticket -> Group, finished and waiting for its step
+        self.next_ticket = 0
+        self.exhausted = False        # the curriculum has retired every prompt
+
+    def hand_out(self, samplers, version, room):
+        """New groups for the samplers: as many as the rule allows, and at most `room` (their queue)."""
+        if self.mode == "ppo":
+            budget = self.k * self.P if not self.pending else 0
+        else:
+            budget = min((self.k + 1) * self.P - len(self.pending), room)
+        for _ in range(budget):
+            index = self.requeue.pop(0) if self.requeue else self.curriculum.next()
+            if index is None:
+                self.exhausted = True
+                return
+            self.pending[self.next_ticket] = (index, version)
+            samplers.add(self.next_ticket, self.prompts[index].input_ids, self.group_size)
+            self.next_ticket += 1
+
+    def collect(self, groups):
+        """Finished groups in; the validation ones come back, the training ones wait for their step."""
+        validation = [g for g in groups if isinstance(g.prompt_id, tuple)]
+        self.finished.update((g.prompt_id, g) for g in groups if not isinstance(g.prompt_id, tuple))
+        return validation
+
+    def ready_batch(self, version):
+        """The P groups to train on at the step that starts from `version`, or None (keep sampling)."""
+        tickets = sorted(self.finished)[:self.P]
+        if len(tickets) < self.P:
+            return None
+        if self.mode == "ppo" and len(self.finished) < len(self.pending):
+            return None  # the whole round first: one policy generated it
+        if self.mode == "pipeline":
+            chosen = set(tickets)
+            deadlines = sorted(v0 + self.k for t, (_, v0) in self.pending.items() if t not in chosen)
+            if any(version + 1 + j // self.P > d for j, d in enumerate(deadlines)):
+                return None  # a straggler must join this step or the next ones in time: wait for it
+        batch = [self.finished.pop(t) for t in tickets]
+        for g in batch:
+            g.index = self.pending.pop(g.prompt_id)[0]
+        return batch
+
+    @property
+    def starved(self):
+        """Every prompt is retired and fewer than P groups are left: no full batch will ever come."""
+        return self.exhausted and len(self.pending) < self.P
+
+    def in_flight(self):
+        """The prompts of the groups handed out and not trained (a checkpoint hands them out again)."""
+        return [index for index, _ in self.pending.values()]
