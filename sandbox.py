@@ -3,36 +3,32 @@ Runs model-written Python against tests, isolated: the code reward of the math +
 
     python benchmarks/sandbox.py     # the isolation in effect here, and programs per second through the pool
 
-Threat model: the program is untrusted, an adversary by accident (infinite loops, fork bombs, huge
-allocations or outputs) and, under RL pressure, by design (exiting early, printing what the checker wants,
-patching the harness, killing the trainer, reading its secrets, the network). Every run ends by its deadline
-in a verdict only a correct program earns, leaves nothing behind, and any failure is a fail (reward -1).
+The program is an adversary: by accident (infinite loops, fork bombs, huge outputs) and, under RL pressure, by design
+(reading the answers, forging the verdict, attacking the trainer, persisting). A run ends by its deadline in a verdict
+only a correct program earns, leaves nothing behind, and any failure is reward -1. Always: a fresh directory, PATH and
+LANG, `python -I -S -B`, oom_score_adj 1000, rlimits, no_new_privs, seccomp (SYSCALLS: no sockets, kill or other signals,
+ptrace, namespaces, keyring, SysV IPC, setsid: killing the process group kills all a run started). Full isolation (the
+trainer is root, the kernel grants namespaces) adds a uid and a memory cgroup per worker thread, new mount, pid, net,
+IPC, UTS and cgroup namespaces with the program as pid 1, and pivot_root into an empty tmpfs holding read-only binds of
+the interpreter, its standard library (site-packages hidden) and the libraries ldd names, /dev/null, zero and urandom,
+its proc and a fresh 64 MiB /tmp, its cwd: nothing else of the host. Otherwise require() refuses but with
+sandbox_unsafe=True: programs then run as the trainer's user, with all that needs no root, beside a non-dumpable trainer.
 
-Every process: a fresh temporary directory, its own session, an environment of PATH and LANG, `python -I -S
--B`, limits on CPU, address space, file size, open files, processes and core dumps, no_new_privs, and a
-seccomp filter under which socket(), io_uring, the kill family, ptrace and setsid fail. Started as root,
-also: a dedicated unprivileged uid per worker thread (claimed machine-wide with a lock file), and new network
-(loopback, down), mount (fresh tmpfs at /tmp and /dev/shm, its own /proc) and pid namespaces: the program is
-pid 1 there, so every process it left dies with it. At the deadline, or past OUTPUT_CAP of output, every
-process of the uid (else: the process group) is killed. isolation() reports what took effect.
-
-Verdicts. stdin/stdout: one process per test; a pass needs exit code 0 in time and the expected output,
-whitespace-normalised. Call-style tests and `assert EXPR == LITERAL` lines: a harness writes each value as
-JSON to the stdout it saved before the program ran, compared here, in the parent, so the expected values
-never enter the sandbox. Other asserts: the harness runs them after the program, then writes a per-run
-random token; a program that inspects the harness (sys._getframe, gc) can find it: prefer the other forms.
+Verdicts. stdin/stdout: a process per test; exit 0 in time and the expected output, whitespace-normalised. Calls and
+asserts: HARNESS runs the program, then answers requests (a value, a call) with Python literals in that process; the
+parent runs the test (trusted dataset code), each name it uses that the program defines (builtins excepted) standing
+for the program's: data as itself, a callable as a function calling it there, another object as a Handle. Call-style
+is `fn_name(*input) == output` as JSON. Nothing the program's process holds or prints can forge a pass.
 """
 import ast
+import atexit
+import builtins
 import ctypes
-import errno
 import fcntl
 import json
-import math
 import os
-import platform
 import pwd
 import resource
-import secrets
 import selectors
 import shutil
 import signal
@@ -42,94 +38,175 @@ import sys
 import tempfile
 import threading
 import time
+from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, suppress
 from functools import lru_cache, partial
 
 TIMEOUT = 5.0             # wall seconds per process (ours; LiveCodeBench-style graders allow ~6 s a test)
-MEMORY = 1 << 30          # address space, bytes
+MEMORY = 1 << 30          # bytes: each process's address space, and all of a run's processes (memory cgroup)
 FILE_SIZE = 10 << 20      # the largest file it may write, bytes
 OUTPUT_CAP = 1 << 20      # stdout and stderr, bytes each; more is a fail
 OPEN_FILES = 64
 PROCESSES = 32            # processes + threads of the sandbox uid
-TMPFS = b"size=64m,nr_inodes=4096,mode=1777"  # the fresh /tmp and /dev/shm (mount namespace)
+TMPFS = b"size=64m,nr_inodes=4096,mode=1777"  # the program's /tmp (full isolation)
 FIRST_UID = 59000         # root only: worker k runs as the first free uid >= this with no passwd entry
 WORKERS = os.cpu_count() or 2
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 # -----------------------------------------------------------------------------
-# entering the sandbox: runs in the child between fork and exec (no imports, no locks)
+# entering the sandbox: runs in the child between fork and exec (no imports, no locks, libc functions looked up here)
 
 _libc = ctypes.CDLL(None, use_errno=True)
-CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x20000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 0x4000, 0x40000
-PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
-#          audit arch, [socket, kill, tkill, tgkill, ptrace, setsid, setpgid, pidfd_send_signal, io_uring_setup]
-SYSCALLS = {"x86_64": (0xC000003E, [41, 62, 200, 234, 101, 112, 109, 424, 425]),
-            "aarch64": (0xC00000B7, [198, 129, 130, 131, 117, 157, 154, 424, 425])}
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+_mount, _umount2, _unshare, _prctl, _syscall = _libc.mount, _libc.umount2, _libc.unshare, _libc.prctl, _libc.syscall
+_ONE, _ZERO = [ctypes.c_ulong(v) for v in (1, 0, 0, 0)], [ctypes.c_ulong(0)] * 4  # prctl's unsigned long arguments
+NAMESPACES = 0x20000 | 0x2000000 | 0x4000000 | 0x8000000 | 0x20000000 | 0x40000000  # mount, cgroup, UTS, IPC, pid, net
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 0x4000, 0x40000
+READ_ONLY = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
+MACHINE = os.uname().machine
+# audit arch, pivot_root, [denied: socket, kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo, pidfd_send_signal,
+# ptrace, process_vm_readv, process_vm_writev, pidfd_getfd, process_madvise, setsid, setpgid, unshare, setns, add_key,
+# request_key, keyctl, shmget, semget, msgget, mq_open, bpf, perf_event_open, userfaultfd, io_uring_setup, setpriority,
+# ioprio_set], [pid 0 only: prlimit64, sched_setaffinity, sched_setscheduler, sched_setparam, sched_setattr,
+# migrate_pages, move_pages], (clone3, clone, fcntl, ioctl)
+SYSCALLS = {"x86_64": (0xC000003E, 155, [41, 62, 200, 234, 129, 297, 424, 101, 310, 311, 438, 440, 112, 109, 272, 308,
+                                         248, 249, 250, 29, 64, 68, 240, 321, 298, 323, 425, 141, 251],
+                       [302, 203, 144, 142, 314, 256, 279], (435, 56, 72, 16)),
+            "aarch64": (0xC00000B7, 41, [198, 129, 130, 131, 138, 240, 424, 117, 270, 271, 438, 440, 157, 154, 97, 268,
+                                         217, 218, 219, 194, 190, 186, 180, 280, 241, 282, 425, 140, 30],
+                        [261, 122, 119, 118, 274, 238, 239], (435, 220, 25, 29))}
 
 
 def _seccomp_program():
-    """Classic BPF: the syscalls above fail with EPERM, and so does every syscall of another ABI
-    (x32, i386), whose numbers differ. None on other machines (then: no filter, and it is reported)."""
-    if platform.machine() not in SYSCALLS:
+    """Classic BPF over seccomp_data (nr at 0, arch at 4, argument i's low word at 16 + 8 i): EPERM ("no") for SYSCALLS'
+    denials and every syscall of another ABI (x32, i386); ENOSYS for clone3, whose flags it cannot read."""
+    if MACHINE not in SYSCALLS:
         return None
-    arch, denied = SYSCALLS[platform.machine()]
-    deny, allow = 0x00050000 | errno.EPERM, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
-    load, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
-    jumps = [(jge, 0x40000000)] + [(jeq, nr) for nr in denied]  # each jumps to the final deny
-    code = [(load, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, deny), (load, 0, 0, 0)]
-    code += [(op, len(jumps) - i, 0, k) for i, (op, k) in enumerate(jumps)] + [(ret, 0, 0, allow), (ret, 0, 0, deny)]
-    buffer = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *c) for c in code))
-    program = _SockFprog(len(code), ctypes.addressof(buffer))
-    return program, buffer, ctypes.byref(program)  # the buffer kept alive; the reference made here, not in the child
+    arch, _, denied, own, (clone3, clone, fcntl_, ioctl) = SYSCALLS[MACHINE]
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, |JGE|K, |JSET|K, BPF_RET|K
+    code = [(ld, 4), (jeq, arch, None, "no"), (ld, 0), (jge, 0x40000000, "no"), *[(jeq, n, "no") for n in denied],
+            *[(jeq, n, "own") for n in own], (jeq, clone3, "nosys"), (jeq, clone, "clone"), (jeq, fcntl_, "fcntl"),
+            (jeq, ioctl, "ioctl"), (ret, 0x7FFF0000), "clone", (ld, 16), (jset, NAMESPACES | 0x10000000 | 0x8000, "no"),
+            (ret, 0x7FFF0000), "fcntl", (ld, 24), *[(jeq, c, "no") for c in (8, 10, 15)], (ret, 0x7FFF0000),
+            "ioctl", (ld, 24), (jeq, 0x8901, "no"), (jeq, 0x8902, "no"), (ret, 0x7FFF0000), "own", (ld, 16),
+            (jeq, 0, None, "no"), (ret, 0x7FFF0000), "no", (ret, 0x50001), "nosys", (ret, 0x50026)]
+    at = {c: sum(not isinstance(d, str) for d in code[:i]) for i, c in enumerate(code) if isinstance(c, str)}
+    insns = [(*c, None, None)[:4] for c in code if not isinstance(c, str)]
+    buffer = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", op, jt and at[jt] - i - 1 or 0, jf and at[jf] - i - 1
+                                                              or 0, k) for i, (op, k, jt, jf) in enumerate(insns)))
+    return buffer, ctypes.create_string_buffer(struct.pack("HP", len(insns), ctypes.addressof(buffer)))  # sock_fprog
 
 
 _SECCOMP = _seccomp_program()
-_PRCTL_ARGS, _MODE_FILTER = tuple(map(ctypes.c_ulong, (1, 0, 0, 0))), ctypes.c_ulong(SECCOMP_MODE_FILTER)
 
 
-def _enter(uid, run_dir, cpu_seconds, nproc):
-    """Namespaces while root, the uid, no_new_privs, seccomp, the limits. A namespace the kernel refuses is
-    skipped (isolation() reports it); a failed setuid raises: the program never runs."""
-    if uid is not None:
-        _libc.unshare(CLONE_NEWNET)
-        new_mounts = _libc.unshare(CLONE_NEWNS) == 0 and _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) == 0
-        if new_mounts:
-            for path in (b"/tmp", b"/dev/shm"):
-                _libc.mount(b"tmpfs", path, b"tmpfs", MS_NOSUID | MS_NODEV, TMPFS)
-            os.makedirs(run_dir, 0o700, exist_ok=True)  # hidden by the new /tmp: make it again there
-            os.chown(run_dir, uid, uid)
-            os.chdir(run_dir)
-        if _libc.unshare(CLONE_NEWPID) == 0:
+def _check(result, what):
+    if result != 0:
+        raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
+
+
+def _write(path, data):
+    with open(path, "wb", buffering=0) as f:
+        f.write(data)
+
+
+def _enter(uid, cgroup, root, plan, cpu_seconds, nproc):
+    """oom_score_adj, cgroup, (full) namespaces and root, uid, no_new_privs, seccomp, limits; or why not, and exit 126."""
+    try:
+        _prctl(4, *_ONE)  # PR_SET_DUMPABLE, as exec would: a non-dumpable trainer's child cannot write its /proc
+        _write(b"/proc/self/oom_score_adj", b"1000")
+        _write(cgroup + b"/cgroup.procs", b"0") if cgroup else None  # before anything is allocated
+        if root:
+            _check(_unshare(NAMESPACES), "unshare")
+            _check(_mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount")  # nothing propagates to the host
             _become_pid_1()
-            if new_mounts:  # a /proc that shows only the sandbox's processes
-                _libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
-    _libc.prctl(PR_SET_NO_NEW_PRIVS, *_PRCTL_ARGS)
-    if _SECCOMP:
-        _libc.prctl(PR_SET_SECCOMP, _MODE_FILTER, _SECCOMP[2])
-    for limit, value in ((resource.RLIMIT_CPU, cpu_seconds), (resource.RLIMIT_FSIZE, FILE_SIZE),
-                         (resource.RLIMIT_NOFILE, OPEN_FILES), (resource.RLIMIT_NPROC, nproc),
-                         (resource.RLIMIT_CORE, 0), (resource.RLIMIT_AS, MEMORY)):  # last: a big parent's
-        resource.setrlimit(limit, (value, value))                                # child allocates nothing after it
+            _pivot_into(root, plan)
+        if uid >= 0:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+        _check(_prctl(38, *_ONE), "no_new_privs")  # PR_SET_NO_NEW_PRIVS
+        _check(_prctl(22, ctypes.c_ulong(2), _SECCOMP[1]) if _SECCOMP else 0, "seccomp")  # PR_SET_SECCOMP, MODE_FILTER
+        for limit, value in zip(("CPU", "FSIZE", "NOFILE", "NPROC", "CORE", "AS"),  # AS last: a big parent's child
+                                (cpu_seconds, FILE_SIZE, OPEN_FILES, nproc, 0, MEMORY)):  # allocates nothing after it
+            resource.setrlimit(getattr(resource, "RLIMIT_" + limit), (value, value))
+    except BaseException as e:
+        os.write(2, f"sandbox: {e}\n".encode())
+        os._exit(126)
 
 
 def _become_pid_1():
-    """After unshare(CLONE_NEWPID) the child execs the program as pid 1: when it dies, the kernel kills every
-    process left in there. This process stays outside as root, reaps it and exits with its status."""
-    pid = os.fork()
-    if pid == 0:
-        return
+    """After unshare(CLONE_NEWPID) the child execs the program as pid 1 (its namespace dies with it); this process stays
+    outside as root until pid 1 exits or the parent sends SIGTERM, then kills pid 1, reaps it and exits as it did."""
+    signals = {signal.SIGCHLD, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)  # from now on they wait for sigwaitinfo
+    if (pid := os.fork()) == 0:
+        return signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
     os.closerange(0, 1 << 16)  # no copy of the pipes: the parent sees EOF and exec errors as usual
+    signal.sigwaitinfo(signals)
+    os.kill(pid, signal.SIGKILL)  # not reaped yet, so still pid 1's pid
     status = os.waitpid(pid, 0)[1]
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+
+
+def _pivot_into(root, plan):
+    """Build the private root at `root` (plan: _root_plan), make it / and drop the host's."""
+    for kind, path, arg in plan:
+        here = root + path
+        if kind == "dir":
+            os.mkdir(here, 0o755)
+        elif kind == "link":
+            os.symlink(arg, here)
+        elif kind == "mount":  # arg: (type, flags, options)
+            _check(_mount(arg[0], here, *arg), "mount " + os.fsdecode(path))
+        else:  # "bind" (read-only) or "dev" (a device: read-write, and not nodev)
+            os.mkdir(here, 0o755) if arg else os.close(os.open(here, os.O_CREAT | os.O_WRONLY, 0o644))
+            _check(_mount(path, here, None, MS_BIND, None), "bind " + os.fsdecode(path))
+            _check(_mount(None, here, None, READ_ONLY, None) if kind == "bind" else 0, "mount")
+    os.chdir(root)
+    _check(_syscall(SYSCALLS[MACHINE][1], b".", b"."), "pivot_root")
+    _check(_umount2(b".", 2), "umount")  # MNT_DETACH: the host's tree is gone
+    _check(_mount(None, b"/", None, READ_ONLY, None), "mount")
+    os.chdir("/tmp")
+
+
+@lru_cache(maxsize=None)
+def _root_plan(python):
+    """The private root for `python`, as steps (kind, path, arg): the interpreter, its sys.path, their libraries."""
+    found = subprocess.run([python, "-I", "-S", "-c", "import json, sys, sysconfig as s\nprint(json.dumps([sys.executable, "
+                            "sys.path, s.get_path('purelib'), s.get_path('platlib')]))"], capture_output=True, env=ENV)
+    executable, path, *packages = json.loads(found.stdout)
+    path = sorted(p for p in path if os.path.exists(p))  # a directory before what it holds
+    modules = [f"{p}/{f}" for p in path if os.path.isdir(p) for f in os.listdir(p) if f.endswith(".so")]
+    ldd = subprocess.run(["ldd", executable, *modules], capture_output=True, text=True, env=ENV).stdout.split()
+    plan = [("mount", b"", (b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,nr_inodes=1024,mode=755")), ("dir", b"/dev", None),
+            ("dir", b"/proc", None), ("dir", b"/tmp", None), ("link", b"/dev/shm", b"/tmp"),
+            *[("dev", b"/dev/" + d, False) for d in (b"null", b"zero", b"urandom")],
+            *[("link", b"/dev/" + d, b"/proc/self/fd" + n) for d, n in ((b"fd", b""), (b"stdin", b"/0"),
+                                                                       (b"stdout", b"/1"), (b"stderr", b"/2"))]]
+    made = {os.fsdecode(p): kind for kind, p, _ in plan}
+    for p in [*path, executable, *(w for w in ldd if w[0] == "/" and w[-1] != ":")]:  # not "(0x...)", "file:"
+        _graft(p, plan, made)
+    bound = [p for p, kind in made.items() if kind == "bind"]
+    hide = [p for p in set(packages) if os.path.isdir(p) and any(p.startswith(b + "/") for b in bound)]
+    return plan + [("mount", os.fsencode(p), (b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, b"size=4k")) for p in hide] + \
+        [("mount", b"/proc", (b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)),
+         ("mount", b"/tmp", (b"tmpfs", MS_NOSUID | MS_NODEV, TMPFS))]
+
+
+def _graft(path, plan, made):
+    """Steps that make `path` resolve as on the host: directories (0755), symlinks, then a bind of what it names."""
+    parts, here = path.strip("/").split("/"), ""
+    while parts and made.get(here) != "bind":
+        here += "/" + parts.pop(0)
+        kind = "link" if os.path.islink(here) else "dir" if parts else "bind"
+        if here not in made:
+            made[here] = kind
+            plan.append((kind, os.fsencode(here), os.fsencode(os.readlink(here)) if kind == "link" else
+                         os.path.isdir(here)))
+        if kind == "link":  # on from where it points
+            parts = os.path.normpath(os.path.join(os.path.dirname(here), os.readlink(here))).split("/")[1:] + parts
+            here = ""
 
 # -----------------------------------------------------------------------------
 # one sandboxed process
@@ -137,161 +214,171 @@ def _become_pid_1():
 _slot = threading.local()
 
 
-def _worker_uid():
-    """This thread's uid (root only), claimed machine-wide by an flock that dies with the process."""
+def _worker():
+    """This thread's (uid, memory cgroup or None, why none); root only (else uid -1): a uid no other worker holds."""
     if os.geteuid() != 0:
-        return None
+        return -1, None, "not root"
     if not hasattr(_slot, "uid"):
         for uid in range(FIRST_UID, FIRST_UID + 10_000):
-            try:
+            with suppress(KeyError):
                 pwd.getpwuid(uid)
                 continue  # a real account: never ours
-            except KeyError:
-                pass
-            fd = os.open(f"/tmp/scalerl-sandbox-{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)  # one place for all runs
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            _slot.uid, _slot.lock = uid, fd
-            break
-    return _slot.uid
+            _slot.lock = os.open(f"/tmp/scalerl-sandbox-{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)  # one place for all
+            with suppress(BlockingIOError):
+                fcntl.flock(_slot.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            os.close(_slot.lock)
+        _slot.uid, _slot.cgroup = uid, _memory_cgroup(uid)
+    return (_slot.uid, *_slot.cgroup)
 
 
-def _kill_all(proc, uid):
-    """SIGKILL every process of the sandbox uid (a kill(-1) sent as that uid), then the process group (all there
-    is without a uid). The leader is reaped only then, so the group's id cannot have been reused."""
-    if uid is not None:
-        subprocess.run([shutil.which("kill") or "/bin/kill", "-9", "-1"], user=uid, group=uid, extra_groups=[],
-                       env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            proc.wait(1)
-        except subprocess.TimeoutExpired:
-            pass
-    if proc.returncode is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    proc.wait()
-
-
-@dataclass
-class Run:
-    returncode: int | None  # None: it never ran, or was killed at the deadline or past the output cap
-    stdout: bytes = b""
-    stderr: bytes = b""
-    timed_out: bool = False
-    overflowed: bool = False
-
-
-def run(args, stdin=b"", timeout=TIMEOUT, python=None):
-    """`python -I -S -B *args` once in the sandbox, stdin fed from `stdin` -> Run. Never raises."""
-    python = python or isolation()["python"]
-    if python is None:
-        return Run(None, stderr=b"no Python interpreter runs in the sandbox (see isolation())")
-    uid, run_dir, proc = _worker_uid(), tempfile.mkdtemp(prefix="sandbox-"), None
+def _memory_cgroup(uid):
+    """A child of the trainer's memory cgroup (v1; v2 if delegated) holding MEMORY -> (path, None) or (None, why)."""
     try:
-        nproc = PROCESSES if uid is not None else _tasks_of(os.getuid()) + PROCESSES
-        if uid is not None:
-            os.chown(run_dir, uid, uid)
-        with tempfile.TemporaryFile() as stdin_file:  # unlinked: nothing to find or tamper with later
-            stdin_file.write(stdin)
-            stdin_file.seek(0)
-            proc = subprocess.Popen([python, "-I", "-S", "-B", *args], stdin=stdin_file, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, cwd=run_dir, env=ENV, start_new_session=True,
-                                    preexec_fn=partial(_enter, uid, run_dir, math.ceil(timeout) + 1, nproc))
-        return _collect(proc, time.monotonic() + timeout)
+        lines = [line.rstrip("\n").split(":", 2) for line in open("/proc/self/cgroup")]
+        v1 = [path for _, kinds, path in lines if "memory" in kinds.split(",")]
+        v2 = [path for n, _, path in lines if n == "0" and os.path.exists("/sys/fs/cgroup/cgroup.controllers")]
+        group = f"/sys/fs/cgroup/memory{v1[0]}" if v1 else f"/sys/fs/cgroup{v2[0]}"
+        group = group.rstrip("/") + f"/scalerl-sandbox-{uid}"
+        os.makedirs(group, exist_ok=True)
+        atexit.register(shutil.rmtree, group, True)  # an rmdir: its files go with it, and errors are ignored
+        _write(group + ("/memory.limit_in_bytes" if v1 else "/memory.max"), str(MEMORY).encode())
+        return os.fsencode(group), None
+    except (OSError, IndexError) as e:
+        return None, f"no writable memory cgroup: {e!r}"
+
+
+Run = namedtuple("Run", "returncode stdout stderr timed_out overflowed", defaults=(b"", b"", False, False))
+# returncode None: it never ran, or was killed at the deadline (timed_out) or past the output cap (overflowed)
+
+
+class Sandboxed(AbstractContextManager):
+    """`python -I -S -B *args` in the sandbox; leaving the context kills it and all it started, and cleans up."""
+
+    def __init__(self, args, timeout=TIMEOUT, python=None, full=None):
+        report = isolation() if python is None else {}
+        python, self.full = python or report["python"], report.get("mode") == "full" if full is None else full
+        if python is None:
+            raise ChildProcessError("no Python interpreter runs in the sandbox (see isolation())")
+        uid, cgroup, _ = _worker()
+        self.proc, self.run_dir = None, tempfile.mkdtemp(prefix="sandbox-")  # full isolation: where its root is mounted
+        try:
+            os.chown(self.run_dir, uid, uid)  # -1: unchanged
+            root = (os.fsencode(self.run_dir), _root_plan(python)) if self.full else (None, None)
+            nproc = PROCESSES if uid >= 0 else _tasks_of(os.getuid()) + PROCESSES
+            self.proc = subprocess.Popen([python, "-I", "-S", "-B", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, cwd=self.run_dir, env=ENV, umask=0o022,
+                                         start_new_session=True,
+                                         preexec_fn=partial(_enter, uid, cgroup, *root, int(timeout) + 1, nproc))
+        except BaseException:
+            self.__exit__()
+            raise
+        self.stdout, self.stderr, self.deadline = bytearray(), bytearray(), time.monotonic() + timeout
+        self.reading = {self.proc.stdout: self.stdout, self.proc.stderr: self.stderr}  # the streams still open
+
+    def __exit__(self, *_):
+        if self.proc is not None:  # not reaped yet, so its pid and process group are this run's. Full isolation: its
+            with suppress(OSError):  # helper kills pid 1, reaps it once its namespace is empty and exits; else, the group
+                os.kill(self.proc.pid, signal.SIGTERM) if self.full else os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+                stream.close()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def pump(self, data=b"", line=False):
+        """Write `data` to its stdin while reading its stdout and stderr until stdout holds a line (line), or else until
+        stdin is closed after the data and stdout and stderr closed. -> None, or "timed out" or "overflowed"."""
+        data, stdin = memoryview(data), self.proc.stdin
+        with selectors.DefaultSelector() as selector:
+            for stream in [*self.reading, *([stdin] if data else [])]:
+                selector.register(stream, selectors.EVENT_WRITE if stream is stdin else selectors.EVENT_READ)
+            while data or self.reading and not (line and b"\n" in self.stdout):
+                if not (data or line):
+                    stdin.close()
+                if time.monotonic() > self.deadline:
+                    return "timed out"
+                for key, _ in selector.select(self.deadline - time.monotonic()):
+                    if key.fileobj is stdin:
+                        try:  # at most PIPE_BUF bytes: one free slot of the pipe, which select promised, takes them
+                            data = data[os.write(key.fd, data[:4096]):]
+                        except BrokenPipeError:  # it stopped reading: what it wrote is judged
+                            data = data[:0]
+                        if not data:
+                            selector.unregister(stdin)
+                    elif chunk := os.read(key.fd, 1 << 16):
+                        self.reading[key.fileobj] += chunk
+                        if len(self.reading[key.fileobj]) > OUTPUT_CAP:
+                            return "overflowed"
+                    else:
+                        selector.unregister(key.fileobj)
+                        del self.reading[key.fileobj]
+        return None
+
+
+def run(args, stdin=b"", timeout=TIMEOUT, python=None, full=None):
+    """`python -I -S -B *args` once in the sandbox, stdin fed from `stdin` -> Run. Never raises."""
+    try:
+        with Sandboxed(args, timeout, python, full) as p:
+            stopped, info = p.pump(stdin), None
+            while not stopped and (info := os.waitid(os.P_PID, p.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)) is None \
+                    and time.monotonic() < p.deadline:  # its exit, not reaped yet: its process group stays this run's
+                time.sleep(0.002)
+            returncode = info and (info.si_status if info.si_code == os.CLD_EXITED else -info.si_status)
+            return Run(returncode, bytes(p.stdout), bytes(p.stderr), returncode is None and stopped != "overflowed",
+                       stopped == "overflowed")
     except Exception as e:  # a sandbox failure is a fail, never a crash of the run
         return Run(None, stderr=f"{type(e).__name__}: {e}".encode())
-    finally:
-        if proc is not None:
-            _kill_all(proc, uid)
-            proc.stdout.close(), proc.stderr.close()
-        shutil.rmtree(run_dir, ignore_errors=True)
-
-
-def _collect(proc, deadline):
-    """Read stdout and stderr (bounded) until both close and the process exits, or the deadline."""
-    output = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
-    with selectors.DefaultSelector() as selector:
-        for fd in output:
-            selector.register(fd, selectors.EVENT_READ)
-        while selector.get_map():
-            if time.monotonic() > deadline:
-                return Run(None, *(b"".join(v) for v in output.values()), timed_out=True)
-            for key, _ in selector.select(deadline - time.monotonic()):
-                chunk = os.read(key.fd, 1 << 16)
-                output[key.fd].append(chunk)
-                if not chunk:
-                    selector.unregister(key.fd)
-                elif sum(map(len, output[key.fd])) > OUTPUT_CAP:
-                    return Run(None, *(b"".join(v) for v in output.values()), overflowed=True)
-    stdout, stderr = (b"".join(v) for v in output.values())
-    while os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:  # exited, not reaped
-        if time.monotonic() > deadline:
-            return Run(None, stdout, stderr, timed_out=True)
-        time.sleep(0.002)
-    return Run(proc.wait(), stdout, stderr)
 
 
 def _tasks_of(uid):
     """Tasks of a uid: not root, RLIMIT_NPROC counts them all, so the limit is this + PROCESSES (racy, a bound)."""
-    count = 0
+    tasks = 0
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            count += len(os.listdir(f"/proc/{pid}/task")) if os.stat(f"/proc/{pid}").st_uid == uid else 0
-        except OSError:
-            pass  # gone meanwhile
-    return count
+        with suppress(OSError):  # gone meanwhile
+            tasks += len(os.listdir(f"/proc/{pid}/task")) if os.stat(f"/proc/{pid}").st_uid == uid else 0
+    return tasks
 
 # -----------------------------------------------------------------------------
 # tests and verdicts
 
 HARNESS = r"""
-def harness():  # everything it needs is bound to its locals before the program runs
-    import json, os, sys
-    job = json.loads(sys.stdin.read())
-    write, exit, run, evaluate, dumps = os.write, os._exit, exec, eval, json.dumps
-    out = os.dup(1)  # the real stdout; the program's own output goes to /dev/null
-    os.dup2(os.open(os.devnull, os.O_RDWR), 0), os.dup2(0, 1)
-    program = compile(job["program"], "solution.py", "exec")
-    exprs = [compile(e, "<test>", "eval") for e in job["exprs"]]
-    test = compile(job["test"], "<test>", "exec") if job["test"] else None
-    token, namespace = job.pop("token").encode(), {"__name__": "solution", "__builtins__": __builtins__}
-    del job
+import os, sys
+requests, replies, null = os.fdopen(os.dup(0), "rb"), os.dup(1), os.open(os.devnull, os.O_RDWR)
+os.dup2(null, 0), os.dup2(null, 1), os.dup2(null, 2)  # the program reads and writes nothing; the pipes are the harness's
+literals = {"__builtins__": {}, "set": set, "frozenset": frozenset, "inf": float("inf"), "nan": float("nan")}
+objects = [{"__name__": "solution"}]  # handle 0: the program's namespace; then every value handed out
+exec(compile(sys.argv[1], "solution.py", "exec"), objects[0])
+for line in requests:  # ("get", handle, name) or ("call", handle, args, kwargs)
+    kind, handle, arg, *kwargs = eval(line, literals)
     try:
-        run(program, namespace)
-        for expr in exprs:  # values go to the parent, which compares them with the expected ones
-            write(out, (dumps(evaluate(expr, namespace), default=sorted) + "\n").encode())
-        if test is not None:
-            run(test, namespace)
-            write(out, token + b"\n")
-    except BaseException:
-        exit(1)
-    exit(0)
-harness()
+        objects.append(value := objects[handle](*arg, **kwargs[0]) if kind == "call" else
+                       objects[0][arg] if handle == 0 else getattr(objects[handle], arg))
+        reply = f"{len(objects) - 1} {int(callable(value))} {ascii(value)}"
+    except Exception as e:
+        reply = f"raised {type(e).__name__}"
+    os.write(replies, (reply + "\n").encode())
 """
 
 
-def literal_asserts(test):
-    """`assert EXPR == LITERAL` statements -> [(EXPR, value)], or None if the test has any other statement."""
+def _value(process, request):
+    """A value of the program's, asked of HARNESS -> data as itself, a callable as a function calling it there, another
+    object as a Handle whose attributes are fetched there; what it raised is raised here (a builtin Exception)."""
+    if process.pump(ascii(request).encode() + b"\n", line=True) or b"\n" not in process.stdout:
+        raise ChildProcessError("the program's process died or did not answer in time")
+    reply, _, process.stdout[:] = process.stdout.partition(b"\n")
+    handle, is_callable, text = (reply.decode() + "  ").split(" ", 2)
+    if handle == "raised":
+        error = getattr(builtins, is_callable, None)
+        raise error() if isinstance(error, type) and issubclass(error, Exception) else RuntimeError(is_callable)
+    if is_callable == "1":
+        return lambda *args, **kwargs: _value(process, ("call", int(handle), args, kwargs))
     try:
-        statements = ast.parse(test).body
-        checks = []
-        for s in statements:
-            compare = s.test if isinstance(s, ast.Assert) and s.msg is None else None
-            if not (isinstance(compare, ast.Compare) and len(compare.ops) == 1 and isinstance(compare.ops[0], ast.Eq)):
-                return None
-            checks.append((ast.unparse(compare.left), ast.literal_eval(compare.comparators[0])))
-        return checks or None
-    except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
-        return None
+        return ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return type("Handle", (), {"__getattr__": lambda _, name: _value(process, ("get", int(handle), name))})()
 
 
-def as_json(value):
-    """What the harness's JSON makes of a value (tuples -> lists, sets -> sorted lists, int keys -> str)."""
+def as_json(value):  # what JSON makes of a value (tuples -> lists, sets -> sorted lists, int keys -> str)
     return json.loads(json.dumps(value, default=sorted))
 
 
@@ -301,78 +388,87 @@ def passes(program, tests=(), fn_name=None, test=None, timeout=TIMEOUT):
         if not tests and not test:
             return False
         if fn_name is None and test is None:
-            for t in tests:
-                result = run(["-c", program], t["input"].encode(), timeout)
-                if result.returncode != 0 or result.stdout.decode(errors="replace").split() != t["output"].split():
-                    return False
+            runs = (run(["-c", program], t["input"].encode(), timeout) for t in tests)  # lazily: the first fail ends it
+            return all(r.returncode == 0 and r.stdout.decode(errors="replace").split() == t["output"].split()
+                       for r, t in zip(runs, tests))
+        with Sandboxed(["-c", HARNESS, program], timeout) as process:
+            if fn_name is not None:
+                function = _value(process, ("get", 0, fn_name))
+                return all(as_json(function(*t["input"])) == as_json(t["output"]) for t in tests)
+            namespace = {}
+            for name in {n.id for n in ast.walk(ast.parse(test)) if isinstance(n, ast.Name)} - set(dir(builtins)):
+                with suppress(KeyError):  # not the program's: the test binds it, or fails on it
+                    namespace[name] = _value(process, ("get", 0, name))
+            exec(compile(test, "<test>", "exec"), namespace)
             return True
-        checks = [(f"{fn_name}(*{t['input']!r})", t["output"]) for t in tests] if fn_name else literal_asserts(test)
-        token = "" if checks is not None else secrets.token_hex(16)
-        job = dict(program=program, exprs=[e for e, _ in checks or []], test=test if token else "", token=token)
-        result = run(["-c", HARNESS], json.dumps(job).encode(), timeout)
-        if result.returncode != 0:
-            return False
-        if token:
-            return result.stdout == token.encode() + b"\n"
-        lines = result.stdout.decode(errors="replace").splitlines()
-        return len(lines) == len(checks) and all(json.loads(line) == as_json(v) for line, (_, v) in zip(lines, checks))
-    except Exception:  # malformed tests, unserialisable values, ...: a fail, never a crash
+    except Exception:  # malformed tests, values that are not literals, a process that died, ...: a fail, never a crash
         return False
 
 
-@lru_cache(maxsize=None)
-def _pool(workers):
-    return ThreadPoolExecutor(workers, thread_name_prefix="sandbox")
+_pool = lru_cache(maxsize=None)(lambda workers: ThreadPoolExecutor(workers, thread_name_prefix="sandbox"))
 
 
 def score_many(jobs, workers=WORKERS):
-    """[dict(program=..., tests=..., fn_name=... | test=...), ...] -> an iterator of bools in the jobs' order, all
-    queued at once on a pool of `workers` threads; reading a result waits for it (the caller works meanwhile)."""
+    """[dict(program=..., tests=..., fn_name=... | test=...), ...] -> bools in order, from a pool working meanwhile."""
     return _pool(workers).map(lambda job: passes(**job), jobs)
 
 # -----------------------------------------------------------------------------
 # what isolation took effect here, measured once by running a probe in the sandbox
 
 PROBE = r"""
-import json, os, resource, socket
-r = dict(uid=os.getuid(), pid=os.getpid(), env=sorted(os.environ), net=os.readlink("/proc/self/ns/net"), mnt=os.readlink("/proc/self/ns/mnt"),
+import json, os, resource
+r = dict(uid=os.getuid(), pid=os.getpid(), env=sorted(os.environ), root=sorted(os.listdir("/")), new=[n for n in ns
+         if os.readlink("/proc/self/ns/" + n) != ns[n]], oom=open("/proc/self/oom_score_adj").read().strip(),
          limits=[resource.getrlimit(getattr(resource, "RLIMIT_" + n))[0] for n in ("CPU", "AS", "FSIZE", "NOFILE", "NPROC")],
-         tmp=[l.split()[2] for l in open("/proc/self/mounts") if l.split()[1] == "/tmp"][-1:] or ["the host's"],
          seccomp=[l.split()[1] for l in open("/proc/self/status") if l.startswith("Seccomp:")][0])
-try:
-    socket.socket().connect(("127.0.0.1", 9))
-except OSError as e:
-    r["socket"] = e.strerror
 print(json.dumps(r))
 """
 
 
 @lru_cache(maxsize=None)
 def isolation():
-    """-> the interpreter and the isolation that took effect, as strings, as a probe program in the sandbox saw
-    it; python None when no interpreter runs there (a venv under /root is unreadable): every program fails."""
-    candidates = dict.fromkeys(filter(None, [sys.executable, getattr(sys, "_base_executable", None),
-                                             shutil.which("python3", path=ENV["PATH"])]))
-    for python in candidates:
-        result = run(["-c", PROBE], timeout=TIMEOUT, python=python)
-        if result.returncode == 0:
-            break
-    else:
-        return dict(python=None, error=result.stderr.decode(errors="replace").strip()[-300:])
-    probe = json.loads(result.stdout)
-    cpu, memory, file_size, files, processes = probe["limits"]
-    dedicated = os.geteuid() == 0 and probe["uid"] != 0
-    new_net, new_mnt = (probe[ns] != os.readlink(f"/proc/self/ns/{ns}") for ns in ("net", "mnt"))
+    """-> what took effect, as a probe in the sandbox saw it: mode "full", or a WARNING and what is missing; python None
+    when no interpreter runs there. Not root, it first makes the trainer non-dumpable: programs run as its user."""
+    if os.geteuid() != 0:
+        _prctl(4, *_ZERO)  # PR_SET_DUMPABLE 0
+    ns = {n: os.readlink(f"/proc/self/ns/{n}") for n in ("mnt", "pid", "net", "ipc", "uts", "cgroup")}
+    missing = None if os.geteuid() == 0 else f"root (the trainer runs as uid {os.geteuid()})"
+    for full in (True, False) if missing is None else (False,):
+        for python in dict.fromkeys(filter(None, [getattr(sys, "_base_executable", None), sys.executable,
+                                                  shutil.which("python3", path=ENV["PATH"])])):
+            result = run(["-c", f"ns = {ns!r}\n" + PROBE], python=python, full=full)
+            if result.returncode == 0:
+                return _report(python, full, json.loads(result.stdout), missing)
+            missing = missing or f"namespaces ({result.stderr.decode(errors='replace').strip()[-200:]})"
+    return dict(python=None, error=result.stderr.decode(errors="replace").strip()[-300:])
+
+
+def _report(python, full, probe, missing):
+    (cpu, memory, file_size, files, processes), (_, cgroup, no_cgroup), on = probe["limits"], _worker(), probe["seccomp"]
     return dict(
-        python=python,
-        user=f"uid {probe['uid']}" + (" (root!)" if probe["uid"] == 0 else ", dedicated to one worker" if dedicated
-                                      else ": the caller's own, so it can read and write what the caller can"),
-        network=("new network namespace" if new_net else "the host's network namespace")
-                + f"; connecting to 127.0.0.1: {probe.get('socket', 'connected!')}",
-        seccomp={"2": "filter on (no sockets, kill, ptrace, setsid, io_uring)", "0": "off"}.get(probe["seccomp"], probe["seccomp"]),
-        filesystem=f"cwd a fresh private directory; /tmp: {probe['tmp'][0]}" + (" (new mount namespace)" if new_mnt else ""),
+        python=python, **{} if full else dict(missing=missing), mode="full" if full else "WARNING: partial (see missing)",
+        user=f"uid {probe['uid']}" + (" (root!)" if probe["uid"] == 0 else ", one worker's own" if os.geteuid() == 0 else
+                                      ": the trainer's own, so it reads and writes what the trainer can"),
+        filesystem=f"its own: /{', /'.join(probe['root'])}, read-only but for /tmp, its cwd" if full else "the host's",
+        network=("new" if "net" in probe["new"] else "the host's") + " network namespace" + "; sockets denied" * (on == "2"),
+        namespaces=", ".join(probe["new"]) or "none new",
+        seccomp="filter on (no sockets, signals, ptrace, namespaces, keyring, IPC)" if on == "2" else "off",
+        memory=(f"{MEMORY >> 20} MiB for all of a run's processes (cgroup)" if cgroup else f"per process only ({no_cgroup})")
+               + f"; oom_score_adj {probe['oom']}", environment=", ".join(probe["env"]),
         limits=f"cpu {cpu} s, address space {memory >> 20} MiB, file size {file_size >> 20} MiB, {files} open files, "
                f"{processes} processes",
-        environment=", ".join(probe["env"]),
-        cleanup=("new pid namespace: all its processes die with the program; " if probe["pid"] == 1 else "")
-                + ("every process of the uid, then " if dedicated else "") + "the process group")
+        cleanup=("pid 1 of its pid namespace; " if probe["pid"] == 1 else "") + "its process group killed at the end")
+
+
+def require(unsafe=False):
+    """ValueError (one line) unless code rewards run fully isolated here, or WARNING if `unsafe` -> isolation()"""
+    report = isolation()
+    if report["python"] is None:
+        raise ValueError(f"code rewards: no Python interpreter runs in the sandbox: {report['error']}")
+    if "missing" in report:
+        why = f"the sandbox lacks {report['missing']}, so programs would run as {report['user']}"
+        if not unsafe:
+            raise ValueError(f"code rewards: {why}; full isolation needs root and namespaces, or set sandbox_unsafe=True "
+                             "to run them anyway (README, code rewards)")
+        print(f"WARNING: sandbox_unsafe=True: {why}", file=sys.stderr)
+    return report
