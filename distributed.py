@@ -82,6 +82,8 @@ def place(n_samplers, sampler, device_type):
     """Before anything initialises CUDA: refuse (ValueError) layouts that would put two ranks on one GPU, and
     let a vLLM sampler rank see only its own GPU (an in-process engine takes cuda:0 of what it sees)."""
     world, local_world = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if sampler == "vllm":  # pushed weights reach only an engine in this process (an iterator cannot cross over)
+        require_env("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if sampler == "vllm" and n_samplers == 0 and world > 1:
         raise ValueError("sampler='vllm' with n_samplers=0 would start one vLLM engine per data-parallel rank "
                          "inside the trainers' process group; give vLLM its own ranks with --n_samplers=S")
@@ -95,7 +97,13 @@ def place(n_samplers, sampler, device_type):
     rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
     if sampler == "vllm" and rank >= world - n_samplers > 0:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu_for(local_rank, visible)
-    os.environ.setdefault("NCCL_CUMEM_ENABLE", "0")  # as vLLM sets it: the weight broadcast's two ends agree
+    require_env("NCCL_CUMEM_ENABLE", "0")  # as vLLM sets it: the weight broadcast's two ends agree
+
+
+def require_env(name, value):
+    """Set a variable the layout needs; one exported with another value is refused (ValueError), not overridden."""
+    if os.environ.setdefault(name, value) != value:
+        raise ValueError(f"{name}={os.environ[name]} is exported, but this run needs {name}={value}: unset it")
 
 
 def setup(n_samplers, timeout_s, device_type, sampler):
@@ -118,9 +126,9 @@ def setup(n_samplers, timeout_s, device_type, sampler):
         backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend, store=dist.PrefixStore("scalerl/trainers", store), rank=rank,
                                 world_size=trainers, timeout=timeout)
-    if n_samplers == 0:  # data parallel: the trainer group is all it needs
-        return Layout(rank, world, role, trainers, 0, rank, device, store, None, None, None)
     heartbeat = Heartbeat(rank, timeout_s)
+    if n_samplers == 0:  # data parallel: the trainer group is all it needs
+        return Layout(rank, world, role, trainers, 0, rank, device, store, None, None, heartbeat)
     # control: no timeout of its own (a receiving thread waits for as long as the sender lives; liveness is
     # the heartbeat's job); sends carry rank_timeout
     control = dist.ProcessGroupGloo(dist.PrefixStore("scalerl/control", store), rank, world, datetime.timedelta(days=30))
@@ -132,7 +140,8 @@ def setup(n_samplers, timeout_s, device_type, sampler):
         weight_store = dist.PrefixStore("scalerl/weights", store)
         if device.type == "cuda":  # torch 2.13 distributed_c10d.py:2194-2208 builds its NCCL groups this way
             options = dist.ProcessGroupNCCL.Options()
-            options.is_high_priority_stream, options._timeout = False, timeout
+            # its own watchdog only far beyond rank_timeout: broadcast() names a silent peer first, then aborts
+            options.is_high_priority_stream, options._timeout = False, datetime.timedelta(seconds=2 * timeout_s + 600)
             weight_group = dist.ProcessGroupNCCL(weight_store, group_rank, size, options)
         else:
             weight_group = dist.ProcessGroupGloo(weight_store, group_rank, size, timeout)
@@ -148,11 +157,10 @@ def master_first(layout, build):
         result = build()
         layout.store.set("scalerl/master_first", result)
         return result
-    try:
-        return layout.store.get("scalerl/master_first").decode()  # waits, up to rank_timeout
-    except dist.DistStoreError:
-        raise RankError("the master (rank 0) did not finish preparing the model within "
-                        "rank_timeout (building the tiny model takes about a minute; or rank 0 died)") from None
+    while not layout.store.check(["scalerl/master_first"]):  # as long as the master lives (a build takes minutes)
+        layout.heartbeat.check(0, "the master (rank 0), preparing the model,")
+        time.sleep(0.2)
+    return layout.store.get("scalerl/master_first").decode()
 
 
 def finish(layout):
@@ -347,9 +355,10 @@ def broadcast(group, tensor, deadline_s, peers):
         work = group.broadcast([tensor], options)
         deadline = time.time() + deadline_s
         while not work.is_completed():
-            if time.time() > deadline:
+            if time.time() > deadline:  # a pending NCCL op cannot be cancelled: abort the group, then name the peer
+                group.abort()
                 raise RankError(f"the weight broadcast with {peers} did not complete within "
-                                f"{deadline_s:.0f} s (rank_timeout): dead or stopped?")
+                                f"{deadline_s:g} s (rank_timeout): dead or stopped?")
             time.sleep(0.001)
         work.wait()
 

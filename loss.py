@@ -26,7 +26,8 @@ class _BF16HeadFP32Logits(torch.autograd.Function):
     returned in fp32 (torch.mm(..., out_dtype=float32), CUDA only in torch 2.13). That overload has no
     derivative ("derivative for aten::mm is not implemented"), so the backward is written out: the
     upstream fp32 gradient cast to bf16, two bf16 matmuls (fp32 accumulation inside), as the rest of a
-    bf16 model's backward does."""
+    bf16 model's backward does. What stays bf16: autograd sums the weight's gradient over a micro-batch's chunks
+    in the weight's dtype (measured, 37 chunks: 0.7% relative error, one bf16 rounding 0.17%); fp32 after that."""
 
     @staticmethod
     def forward(ctx, hidden, weight):

@@ -1,16 +1,23 @@
 """
 What fits on a GPU: a memory plan per role, estimated from the model's config.json before any work; train.py
 prints it and, on CUDA, stops with one line naming the biggest term and its knob when a role cannot fit.
-For a model you have not downloaded (also --tie_word_embeddings, --gpu_gib, --micro_batch_tokens, --max_len):
+For a model you have not downloaded (also --tie_word_embeddings, --gpu_gib, --micro_batch_tokens, --max_len,
+--sync_every=False for FSDP2 gradient sync on a step's last micro-batch only):
 
     python memory.py --hidden_size=4096 --num_hidden_layers=36 --intermediate_size=12288 \\
         --vocab_size=151936 --num_attention_heads=32 --num_key_value_heads=8 --gpus=8 --n_samplers=6
 
-Estimates (ours; good to ~20%): the trainer holds 16 bytes a parameter (fp32 weights, gradients, AdamW's two
-moments) over the FSDP2 trainers; in one process in bf16, a bf16 copy and its gradients; under FSDP2 the
-gathered bf16 layers (two at a time) and root. Activations per token and layer: (8 H + 5 I + 2 KV) values
-(SDPA: no T x T), with activation checkpointing each layer's input plus one layer; the fp32 head ~3 chunks of
-256 MB. vLLM takes its share of the *total* GPU memory: bf16 weights, ~2 GiB, and the KV cache in the rest.
+The trainer peaks in a micro-batch's backward or in AdamW's step; its terms carry the names torch's
+FSDPMemTracker files them under. Over T FSDP2 trainers: fp32 parameters 4N/T, gradients 4N/T (reduce-
+scattered every micro-batch: synced on the last one only, FSDP2 would hold them unsharded in fp32 until
+then, 4N on every trainer), AdamW's moments 8N/T and, in its foreach step, an fp32 temporary 4N/T. In the
+backward: the root (embeddings, final norm, head) and a decoder layer gathered in the compute dtype, the
+next layer's all-gather, a layer's fp32 reduce-scatter input; each layer's input (checkpointing) or its
+(8 H + 5 I + 2 KV) saved values (SDPA: no T x T); then the larger of the head's backward (~5 chunks of up
+to 256 MB of fp32 logits, or its gradient three times while autograd sums two chunks') and a layer's
+recompute and gradients. benchmarks/memory_check.py measures every term (Qwen3-8B on fake tensors,
+SmolLM2-135M on real ones): within 20%. vLLM takes its share of the *total* GPU memory: bf16 weights,
+~2 GiB, the KV cache in the rest.
 """
 import sys
 from collections import namedtuple
@@ -36,27 +43,51 @@ def shape_of(config):
     return Shape(H, L, I, V, kv_dim, tied, params)
 
 
+def trainer_phases(shape, trainers, sharded, dtype_bytes, tokens, checkpoint, sync_every=True, cpu=False):
+    """One trainer at its two peaks -> {'backward': terms, 'step': terms}, terms [(name, bytes, knob)]. backward: of a
+    micro-batch after the first (the earlier ones' gradients held), in the head's or in a layer's, whichever holds
+    more; step: AdamW's. cpu: the head runs in fp32 (loss.head_weight)."""
+    N, H, L, I, V, d = shape.params, shape.hidden, shape.layers, shape.intermediate, shape.vocab, dtype_bytes
+    T = trainers if sharded else 1
+    more = "more trainer ranks (fewer --n_samplers, or more GPUs)"
+    head = V * H  # the LM head's weight, the embedding's too when tied
+    root = head * (1 if shape.tied else 2) + H  # FSDP2's root unit: embeddings, final norm, head
+    layer = (N - root) / L
+    params = ("Sharded Param" if sharded else "fp32 parameters", 4 * N / T, more)
+    grads = ("Sharded Grad" if sharded else "fp32 gradients", 4 * N / T, more)
+    held = [params, grads if sync_every or not sharded else
+            ("Unsharded Grad", 4 * N, "sync gradients every micro-batch"), ("OptState", 8 * N / T, more)]
+    step = [params, grads, ("OptState (moments + foreach's temporary, at AdamW's step)", 12 * N / T, more)]
+    if not sharded and d < 4:  # one process in bf16: policy.compute_copy, and in the backward its gradients
+        held.append(("bf16 compute copy and its gradients", 2 * d * N, "FSDP2 (separate sampler ranks)"))
+        step.append(("bf16 compute copy", d * N, "FSDP2 (separate sampler ranks)"))
+    # FSDP2's buffers: the root gathered from the forward on, the next layer's all-gather; in a layer's backward that
+    # layer gathered and its fp32 reduce-scatter input
+    gathered = lambda layers: ([("Unsharded Param", d * (root + layers * layer), "weight tying or a smaller vocabulary"),
+                                ("All Gather", d * layer, "(one decoder layer)")] +
+                               [("Reduce Scatter", 4 * layer, "(one decoder layer)")] * layers) if sharded else []
+    per_layer = (8 * H + 5 * I + 2 * shape.kv_dim) * d
+    saved = tokens * ((L * H * d if checkpoint else L * per_layer) + (2 * d + 4) * H)  # + the final norm's
+    chunk, many = min(tokens, (1 << 26) // V) * V * 4, tokens > (1 << 26) // V  # loss.py: ~256 MB of fp32 logits
+    grad = (4 if cpu else d) * head  # the head's gradient (CPUs: of loss.head_weight's fp32 copy of the head)
+    # the head's backward: a chunk's logits and their gradients, or autograd summing two chunks' head gradients
+    head_backward = (4 * head if cpu and d < 4 else 0) + max(5 * chunk + many * grad, (1 + 2 * many) * grad + chunk)
+    layer_backward = d * head + tokens * ((per_layer if checkpoint else 0) + 2 * (H + I) * d)
+    work = lambda b: (f"Activation + Temp ({tokens:,} tokens)", saved + b,
+                      "micro_batch_tokens" + ("" if checkpoint else " or checkpoint_activations=True"))
+    backward = max(held + gathered(0) + [work(head_backward)], held + gathered(1) + [work(layer_backward)],
+                   key=lambda terms: sum(b for _, b, _ in terms))
+    return dict(backward=backward, step=step)
+
+
 def plan(shape, trainers, sharded, n_samplers, one_gpu, dtype_bytes, tokens_per_micro_batch, checkpoint,
-         max_len, vllm_share, bucket_bytes, gpu_bytes):
-    """-> {role: [(term, bytes, the knob that shrinks it)]} for 'trainer' and, with vLLM, 'sampler' (its
-    own GPU) or 'vLLM beside the trainer' (one process, one GPU). gpu_bytes: the device's total memory."""
-    N, H, L = shape.params, shape.hidden, shape.layers
-    shards = trainers if sharded else 1
-    more_trainers = "more trainer ranks (fewer --n_samplers, or more GPUs)"
-    trainer = [("fp32 parameters", 4 * N / shards, more_trainers), ("fp32 gradients", 4 * N / shards, more_trainers),
-               ("AdamW moments", 8 * N / shards, more_trainers)]
-    root = shape.vocab * H * (1 if shape.tied else 2)
-    if sharded:
-        trainer.append(("gathered bf16 layers and root", dtype_bytes * (2 * (N - root) / L + root) + 4 * root,
-                        "weight tying or a smaller vocabulary"))
-    elif dtype_bytes < 4:
-        trainer.append(("bf16 compute copy and its gradients", 2 * dtype_bytes * N, "FSDP2 (separate sampler ranks)"))
-    per_token_layer = (8 * H + 5 * shape.intermediate + 2 * shape.kv_dim) * dtype_bytes
-    saved = tokens_per_micro_batch * (L * H * dtype_bytes + per_token_layer if checkpoint else L * per_token_layer)
-    trainer.append(("activations per micro-batch", saved,
-                    "micro_batch_tokens" + ("" if checkpoint else " or checkpoint_activations=True")))
-    trainer.append(("fp32 head logits", 3 * (1 << 26) * 4, "(fixed: 256 MB chunks)"))
-    roles = dict(trainer=trainer)
+         max_len, vllm_share, bucket_bytes, gpu_bytes, sync_every=True, cpu=False):
+    """-> {role: [(term, bytes, the knob that shrinks it)]} for 'trainer' (the larger of its two peaks) and, with
+    vLLM, 'sampler' (its own GPU) or 'vLLM beside the trainer' (one process, one GPU). gpu_bytes: the device's total
+    memory."""
+    N, L = shape.params, shape.layers
+    phases = trainer_phases(shape, trainers, sharded, dtype_bytes, tokens_per_micro_batch, checkpoint, sync_every, cpu)
+    roles = dict(trainer=max(phases.values(), key=lambda terms: sum(b for _, b, _ in terms)))
     if vllm_share:
         weights = 2 * N
         kv = vllm_share * gpu_bytes - weights - 2 * GiB
@@ -93,14 +124,15 @@ def check(roles, gpu_bytes, one_gpu):
     return None
 
 
-def plan_run(path, layout, dtype_bytes, tokens_per_micro_batch, checkpoint, max_len, vllm_share, bucket_bytes):
+def plan_run(path, layout, dtype_bytes, tokens_per_micro_batch, checkpoint, max_len, vllm_share, bucket_bytes,
+             sync_every=True):
     """train.py's plan for the model at `path` and this layout, printed by the master -> check()'s verdict on CUDA."""
     from transformers import AutoConfig
     gpu = torch.cuda.get_device_properties(layout.device).total_memory if layout.device.type == "cuda" else 0
     one_gpu = layout.world == 1
     roles = plan(shape_of(AutoConfig.from_pretrained(path)), layout.trainers, layout.trainers > 1 and layout.samplers > 0,
                  layout.samplers, one_gpu, dtype_bytes, tokens_per_micro_batch, checkpoint, max_len,
-                 vllm_share if gpu else 0.0, bucket_bytes, gpu)
+                 vllm_share if gpu else 0.0, bucket_bytes, gpu, sync_every, cpu=layout.device.type == "cpu")
     if layout.rank == 0:
         print(describe(roles, gpu or None), flush=True)
     return check(roles, gpu, one_gpu) if gpu else None
@@ -110,13 +142,13 @@ if __name__ == "__main__":
     fields = ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size", "num_attention_heads",
               "num_key_value_heads")
     args = configurator.configure(dict(dict.fromkeys(fields, 0), tie_word_embeddings=False, gpus=1, n_samplers=0,
-                                       gpu_gib=141.0, micro_batch_tokens=16384, max_len=16384), sys.argv[1:], "memory.py",
-                                  dict(dict.fromkeys(fields, 1), gpus=1, n_samplers=0))
+                                       gpu_gib=141.0, micro_batch_tokens=16384, max_len=16384, sync_every=True),
+                                  sys.argv[1:], "memory.py", dict(dict.fromkeys(fields, 1), gpus=1, n_samplers=0))
     shape = shape_of({k: args[k] for k in fields + ("tie_word_embeddings",)})
     gpus, samplers, gpu = args["gpus"], args["n_samplers"], args["gpu_gib"] * GiB
     one_gpu = gpus == 1
     roles = plan(shape, gpus - samplers, gpus - samplers > 1, samplers, one_gpu, 2, args["micro_batch_tokens"], True,
-                 args["max_len"], 0.4 if one_gpu else 0.85, 1 << 30, gpu)
+                 args["max_len"], 0.4 if one_gpu else 0.85, 1 << 30, gpu, args["sync_every"])
     print(f"{shape.params / 1e9:.2f}B parameters, {gpus} GPU(s) of {gpu / GiB:.0f} GiB, {samplers} sampler(s)")
     print(describe(roles, gpu))
     print(check(roles, gpu, one_gpu) or "fits")

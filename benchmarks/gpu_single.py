@@ -92,6 +92,21 @@ def whole(p):
     return p.full_tensor() if hasattr(p, "full_tensor") else p  # an FSDP2 DTensor (one rank: no traffic)
 
 
+def nccl_error(device):
+    """A one-rank NCCL all-reduce, before anything else: whether NCCL starts in this machine's container runtime
+    (the FSDP2 path and every multi-GPU layout need it). -> None, or the error line; the rest runs either way."""
+    if device.type != "cuda":
+        return "no GPU: the FSDP2 path runs on gloo"
+    try:
+        dist.init_process_group("cpu:gloo,cuda:nccl", store=dist.HashStore(), rank=0, world_size=1)
+        x = torch.ones(4, device=device)
+        dist.all_reduce(x)
+        torch.cuda.synchronize(device)
+        return None if x.sum().item() == 4 else f"all-reduce gave {x.tolist()}"
+    except Exception as e:  # the FSDP2 path will fail the same way; the one-process path does not need NCCL
+        return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+
+
 def fp32_head_error(device, dtype):
     """loss.py's fp32 head takes its own route on GPUs (bf16 operands, fp32 accumulation): forward and backward
     on a tiny model, so that a failure costs a second, not minutes of sampling. -> None, or the error line."""
@@ -242,6 +257,8 @@ if __name__ == "__main__":
     result = dict(device=gpu_name, torch=torch.__version__, params=plan_shape.params, dtype=args.dtype,
                   completions=args.prompts * args.samples, new_tokens=args.new_tokens, steps=args.steps,
                   micro_batch_tokens=args.micro_batch_tokens, fp32_head=True)
+    result["nccl_error"] = nccl_error(device)
+    print(f"NCCL, one rank: {result['nccl_error'] or 'all-reduce ok'}", flush=True)
     error = fp32_head_error(device, getattr(torch, args.dtype))
     if error:
         print(f"fp32 head: loss.lm_head_logits fails on {device.type}: {error}; going on with --fp32_head=False "
