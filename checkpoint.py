@@ -18,7 +18,7 @@ import torch
 from fit_curve import fit_sigmoid
 from policy import full_state
 
-Log = namedtuple("Log", "file history")  # history: log key -> [(gpu_hours, value)] for the live fits
+Log = namedtuple("Log", "file history wandb")  # history: key -> [(gpu_hours, value)] for the live fits; wandb: None or the module
 
 
 def resume(out_dir):
@@ -32,7 +32,7 @@ def resume(out_dir):
     return None
 
 
-def open_log(out_dir, header, rows=None):
+def open_log(out_dir, header, rows=None, wandb=None):
     """The master's config.json and log.jsonl: a new run (rows None) writes the header line; a resumed one
     rewrites its rows (the lines after its checkpoint are a crash's leftovers) and appends after them."""
     os.makedirs(out_dir, exist_ok=True)
@@ -46,7 +46,7 @@ def open_log(out_dir, header, rows=None):
         for r in rows:
             for key in (k for k in r if k.startswith("val_reward")):
                 history[key].append((r["gpu_hours"], r[key]))
-    log = Log(open(path, "a"), history)
+    log = Log(open(path, "a"), history, wandb)
     if rows is None:
         print(json.dumps(header), file=log.file, flush=True)
     return log
@@ -64,6 +64,8 @@ def log_step(log, row, t_start):
             pass  # fewer than 4 points past the early transient
     row["time"] = time.time() - t_start
     print(json.dumps(row), file=log.file, flush=True)  # flushed: fit_curve.py may read a live run
+    if log.wandb:  # the same row on the dashboard (its numbers)
+        log.wandb.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=row["step"])
     line = [f"step {row['step']}"] + ([f"reward {row['train_reward']:+.3f}", f"loss {row['loss']:.4f}"]
                                       if "train_reward" in row else [])
     if "val_reward" in row:

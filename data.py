@@ -9,8 +9,8 @@ several, comma-separated, optionally weighted ("math.jsonl:2,code.jsonl:1"). Eve
 n_train (ours: every domain's curve gets the same precision); validation reports val_reward_<domain>.
 
 The built-in task (ours; the paper trains on Polaris-53K math), its prompts i.i.d. from one generator (the
-held-out ones never in training), its base model made by tiny.py: 2-12 numbers from 0-3 tagged by letters,
-the running sum mod 10 after each letter, then the last one: a3b0c2d1e2 -> <think>a3b3c5d6e8</think>8<eos>.
+held-out ones never in training), its base model made by data/builtin/prepare.py: 2-12 numbers from 0-3
+tagged by letters, the running sum mod 10 after each, then the last: a3b0c2d1e2 -> <think>a3b3c5d6e8</think>8.
 
 Rewards are +1 / -1 (ScaleRL) on the text after the last </think>; on all of it when no thinking was opened
 (models that do not think); -1 when thinking was opened, by the prompt (some chat templates end in <think>)
@@ -154,7 +154,7 @@ def code_tests(row, where):
     return dict(tests=tests, fn_name=fn_name) if fn_name else dict(tests=tests)
 
 
-def jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_field):
+def jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_field, template):
     """A seeded shuffle of the file; per domain, n_val held out, then at most n_train (0: all)."""
     rows = read_jsonl(path, prompt_field, answer_field)
     random.Random(seed).shuffle(rows)
@@ -168,7 +168,7 @@ def jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_fiel
                             + (f" of domain {domain!r}" if len(by_domain) > 1 else ""))
         prompts = []
         for row in rows[:n_val + (n_train or len(rows))]:
-            input_ids = encode_prompt(tokenizer, row["text"])
+            input_ids = encode_prompt(tokenizer, template.replace("{problem}", row["text"]))
             fed = tokenizer.decode(input_ids)
             prompts.append(Prompt(f"{os.path.basename(path)}:{row['line']}", row["text"], input_ids, row["answer"],
                                   domain=domain, code=row["code"], opens_thinking=fed.rfind(THINK_START) > fed.rfind(THINK_END)))
@@ -251,6 +251,14 @@ def encode_prompt(tokenizer, text):
     return tokenizer.encode(text, add_special_tokens=True)
 
 
+def interruption(tokenizer):
+    """The ids the sampler appends at the thinking budget: the phrase after a blank line, so that it starts a
+    word whatever the model was writing (ours), unless the tokenizer holds the phrase as a token (the tiny model's)."""
+    phrase = INTERRUPT_PHRASE if len(tokenizer.tokenize(INTERRUPT_PHRASE.removesuffix(THINK_END))) == 1 else \
+        "\n\n" + INTERRUPT_PHRASE
+    return tokenizer.encode(phrase, add_special_tokens=False)
+
+
 def decode(task, token_ids):
     """A completion's text as the reward reads it. Special tokens are kept: '</think>' may be one."""
     return task.tokenizer.decode([t for t in token_ids if t not in task.eos_ids], skip_special_tokens=False)
@@ -277,23 +285,28 @@ def parse_data_path(data_path):
     return sources
 
 
-def load_task(data_path, model_path, n_train, n_val, seed=0, prompt_field=None, answer_field="answer"):
-    """-> Task. n_train (0: every row of a file) and n_val count per domain; each dataset is split as if alone.
-    eos_ids: the tokenizer's, and the model's own end-of-turn ids (generation_config.json; Qwen has two)."""
+def load_task(data_path, model_path, n_train, n_val, seed=0, prompt_field=None, answer_field="answer",
+              template="{problem}", unsafe=False):
+    """-> Task. n_train (0: every row of a file) and n_val count per domain; each dataset is split as if alone;
+    a file's problems are fed as `template` with {problem} replaced. eos_ids: the tokenizer's, and the model's
+    own end-of-turn ids (generation_config.json; Qwen has two)."""
     tokenizer = load_tokenizer(model_path) if isinstance(model_path, str) else model_path
     train, val, weights = [], [], {}
     for path, weight in parse_data_path(data_path):
         if path == "builtin":
             more_train, more_val = builtin_split(tokenizer, n_train, n_val, seed)
         else:
-            more_train, more_val = jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_field)
+            more_train, more_val = jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_field, template)
         for p in more_train + more_val:
             p.weight = weight
             if weights.setdefault(p.domain, weight) != weight:
                 raise DataError(f"data_path={data_path!r}: domain {p.domain!r} gets two weights ({weights[p.domain]} and {weight})")
         train, val = train + more_train, val + more_val
-    if any(p.code for p in train + val) and sandbox.isolation()["python"] is None:
-        raise DataError(f"data_path={data_path!r}: code problems, but the sandbox runs no Python: {sandbox.isolation()['error']}")
+    if any(p.code for p in train + val):  # fully isolated, or unsafe (sandbox_unsafe=True) and a WARNING
+        try:
+            sandbox.require(unsafe)
+        except ValueError as e:
+            raise DataError(f"data_path={data_path!r}: {e}") from None
     eos_ids = {tokenizer.eos_token_id}
     if isinstance(model_path, str) and os.path.isfile(os.path.join(model_path, "generation_config.json")):
         from transformers import GenerationConfig
@@ -368,7 +381,7 @@ class Curriculum:
 if __name__ == "__main__":
     path = configurator.configure(dict(data=""), sys.argv[1:], "data.py")["data"]
     if not path:
-        configurator.fail("data.py", "usage: python data.py --data=FILE.jsonl (the tiny model: python tiny.py)")
+        configurator.fail("data.py", "usage: python data.py --data=FILE.jsonl (the tiny model: python data/builtin/prepare.py)")
     try:
         print(f"{path}: {len(read_jsonl(path))} problems")
     except DataError as e:

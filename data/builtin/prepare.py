@@ -1,9 +1,10 @@
 """
-The built-in task's base model, made here from a seed (nothing is downloaded): a character tokenizer and a
-0.67M-parameter Llama warm-started on a noisy teacher's demonstrations. train.py builds it on first use and
-caches it under .cache/; alone, this script builds it and measures it, as nanoGPT's data/*/prepare.py do:
+The built-in task's base model, made here from a seed (nothing is downloaded), as nanoGPT's data/*/prepare.py
+make their datasets: a character tokenizer and a 0.67M-parameter Llama warm-started on a noisy teacher's
+demonstrations, cached under .cache/ (train.py runs this script when the model is not there yet):
 
-    python tiny.py [--seed=0]       # build (or reuse) the model, print its pass@1 and pass@8
+    python data/builtin/prepare.py [--seed=0] [--measure=True]   # build or reuse it, print its pass@1 and pass@8;
+                                                                  # the last line printed is its directory
 
 RL on a small model sharpens what the base already does: it needs a base whose pass@8 is high while its
 pass@1 is low. The teacher writes a wrong running-sum digit with probability TINY_SFT["teacher_slip"] and
@@ -24,10 +25,11 @@ import time
 import numpy as np
 import torch
 
-import configurator
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+import configurator  # noqa: E402
 from data import (INTERRUPT_PHRASE, LETTERS, THINK_END, THINK_START, TINY_ANSWER_BUDGET, TINY_TASK,
-                  TINY_THINK_BUDGET, DataError, decode, load_task, make_problem, score)
-from loss import token_logprobs
+                  TINY_THINK_BUDGET, DataError, decode, load_task, make_problem, score)  # noqa: E402
+from loss import token_logprobs  # noqa: E402
 
 TINY_MODEL = dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=4,  # head_dim 32: vLLM CPU
                   intermediate_size=384, max_position_embeddings=1024)
@@ -36,7 +38,7 @@ TINY_SFT = dict(steps=400, batch_size=64, lr=2e-3, warmup=30,
                 teacher_slip=0.2,     # then each running-sum digit is wrong with this probability
                 interrupt_frac=0.1)   # demonstrations cut at a random point + the phrase
 BUILD_VERSION = 1  # bump when the build code changes, so cached models are rebuilt
-CACHE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache")
+CACHE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), ".cache")
 
 
 def build_tokenizer():
@@ -199,14 +201,16 @@ def measure_pass_rate(model_dir, n_prompts=200, samples=8, seed=1234):
 
 
 if __name__ == "__main__":
-    seed = configurator.configure(dict(seed=0), sys.argv[1:], "tiny.py")["seed"]
+    args = configurator.configure(dict(seed=0, measure=True), sys.argv[1:], "data/builtin/prepare.py")
     started = time.time()
-    model_dir = build_tiny_model(seed=seed)
+    model_dir = build_tiny_model(seed=args["seed"])
     with open(os.path.join(model_dir, "build.json")) as f:
         build = json.load(f)
-    print(f"model {model_dir}: {build['parameters']:,} parameters, warm-up loss {build['final_loss']} "
-          f"(ready in {time.time() - started:.0f} s)")
-    stats = measure_pass_rate(model_dir)
-    print(f"validation at temperature 1, 200 prompts x {stats['k']}: pass@1 {stats['pass_at_1']:.3f} | "
-          f"pass@{stats['k']} {stats['pass_at_k']:.3f} | interrupted {stats['interrupted']:.3f}")
-    print("pass@1 by number of terms: " + " ".join(f"{n}:{r:.2f}" for n, r in stats["by_difficulty"].items()))
+    print(f"{build['parameters']:,} parameters, warm-up loss {build['final_loss']} (ready in {time.time() - started:.0f} s)",
+          file=sys.stderr)
+    if args["measure"]:
+        stats = measure_pass_rate(model_dir)
+        print(f"validation at temperature 1, 200 prompts x {stats['k']}: pass@1 {stats['pass_at_1']:.3f} | "
+              f"pass@{stats['k']} {stats['pass_at_k']:.3f} | interrupted {stats['interrupted']:.3f}\npass@1 by number "
+              "of terms: " + " ".join(f"{n}:{r:.2f}" for n, r in stats["by_difficulty"].items()))
+    print(model_dir)

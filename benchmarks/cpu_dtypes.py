@@ -1,0 +1,79 @@
+"""
+Benchmark (not a test): fp32 against bf16 compute for one model on this CPU, the trainer and the sampler
+apart, measured side by side (interleaved, best of --repeats) with the ops that take the time:
+
+    python benchmarks/cpu_dtypes.py --model_path=.cache/smollm2/model [--rows=32 --prompt_len=100
+        --completion_len=150 --repeats=2 --threads=2]
+
+trainer: train.py's own step (fp32 masters and AdamW; compute in the dtype: the one-process bf16 copy; fp32
+head) on a fixed batch of rows x (prompt_len + completion_len) tokens; sampler: sample.TorchSampler decoding
+completion_len tokens for each row, on the trainer's compute module, as in one process.
+"""
+
+import os
+import random
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import configurator  # noqa: E402
+import distributed  # noqa: E402
+import train  # noqa: E402
+from sample import Completion, Group, TorchSampler  # noqa: E402
+
+
+def batch(rows, prompt_len, completion_len, vocab, seed=0):
+    rng = random.Random(seed)
+    groups = []
+    for p in range(max(1, rows // 8)):
+        prompt = [rng.randrange(100, vocab) for _ in range(prompt_len)]
+        completions = [Completion([rng.randrange(100, vocab) for _ in range(completion_len)], [-1.0] * completion_len,
+                                  [0] * completion_len, [True] * completion_len, "eos") for _ in range(min(rows, 8))]
+        groups.append(Group(p, prompt, completions, index=p, rewards=[1.0, -1.0] * (len(completions) // 2)))
+    return groups
+
+
+def measure(dtype, args, profiled=False):
+    """-> (train step s, sampler tokens/s, the top ops of the step and of decoding)"""
+    train.configure([f"--dtype={dtype}", "--micro_batch=16", "--lr=1e-6", "--warmup_steps=0"])
+    layout = distributed.Layout(0, 1, "single", 1, 0, 0, torch.device("cpu"), None, None, None, None)
+    policy = train.make_policy(args["model_path"], layout)
+    groups = batch(args["rows"], args["prompt_len"], args["completion_len"], policy.model.config.vocab_size)
+    train.train_step(policy, groups, 0, 0)  # warm
+    with profile(activities=[ProfilerActivity.CPU], enabled=profiled) as trainer_prof:
+        started = time.perf_counter()
+        train.train_step(policy, groups, 1, 0)
+        step_s = time.perf_counter() - started
+    sampler = TorchSampler(policy.logprobs.model, temperature=1.0, max_seqs=args["rows"], seed=0, eos_ids=(),
+                           think_budget=None, max_new_tokens=args["completion_len"])
+    for g in groups:
+        sampler.add(g.prompt_id, g.prompt_ids, len(g.completions))
+    with profile(activities=[ProfilerActivity.CPU], enabled=profiled) as sampler_prof:
+        tokens, started = 0, time.perf_counter()
+        while sampler.num_unfinished:
+            tokens += sampler.step()
+            sampler.pop_finished()
+        tokens_s = tokens / (time.perf_counter() - started)
+    top = lambda prof: ", ".join(f"{e.key} {e.self_cpu_time_total / 1e6:.1f} s" for e in sorted(
+        prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:4]) if profiled else ""
+    return step_s, tokens_s, top(trainer_prof), top(sampler_prof)
+
+
+if __name__ == "__main__":
+    args = configurator.configure(dict(model_path="", rows=32, prompt_len=100, completion_len=150, repeats=2, threads=2),
+                                  sys.argv[1:], "benchmarks/cpu_dtypes.py", dict(rows=1, repeats=1, threads=1))
+    torch.set_num_threads(args["threads"])
+    results = {}
+    for repeat in range(args["repeats"]):
+        for dtype in ("float32", "bfloat16"):
+            step_s, tokens_s, trainer_ops, sampler_ops = measure(dtype, args, profiled=repeat == args["repeats"] - 1)
+            best = results.get(dtype, (float("inf"), 0.0))
+            results[dtype] = (min(best[0], step_s), max(best[1], tokens_s))
+            if trainer_ops:
+                print(f"{dtype}: trainer's top ops: {trainer_ops}\n{dtype}: sampler's top ops: {sampler_ops}", flush=True)
+    (f_step, f_tok), (b_step, b_tok) = results["float32"], results["bfloat16"]
+    print(f"trainer step: fp32 {f_step:.1f} s, bf16 {b_step:.1f} s: bf16 takes {b_step / f_step:.2f}x the time")
+    print(f"sampler: fp32 {f_tok:.0f} tokens/s, bf16 {b_tok:.0f} tokens/s: bf16 takes {f_tok / b_tok:.2f}x the time")

@@ -1,0 +1,51 @@
+"""
+Benchmark (not a test): does RL have signal here? A base model's pass@1 and pass@k on held-out problems of one
+or more datasets, sampled exactly as train.py's validation samples (its config, its sampler, its budgets, its
+rewards), with the tokens, the truncation rate and the sampler's speed. RL sharpens what a base model already
+does: look for pass@1 of roughly 0.1-0.5 with a pass@k well above it.
+
+    python benchmarks/pass_rates.py config/smollm2_cpu.py --data_path=.cache/smollm2/svamp.jsonl,.cache/smollm2/asdiv.jsonl
+    (any train.py --key=value; n_val prompts per dataset x eval_samples samples; --show=2 prints completions)
+"""
+
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import data  # noqa: E402
+import distributed  # noqa: E402
+import train  # noqa: E402
+
+if __name__ == "__main__":
+    show = int(next((a.split("=")[1] for a in sys.argv[1:] if a.startswith("--show=")), 0))
+    train.configure([a for a in sys.argv[1:] if not a.startswith("--show=")])
+    torch.manual_seed(train.seed)
+    path = train.model_path or train.tiny_model()
+    layout = distributed.Layout(0, 1, "single", 1, 0, 0, torch.device(train.device), None, None, None, None)
+    for data_path in train.data_path.split(","):
+        task = data.load_task(data_path, path, 1, train.n_val, train.data_seed, train.prompt_field or None,
+                              train.answer_field, train.prompt_template)
+        max_len = max(len(p.input_ids) for p in task.val_prompts) + train.think_budget_max + train.answer_budget + \
+            len(data.interruption(task.tokenizer))
+        sampler = train.make_sampler(path, task, layout, 0, max_len, train.vllm_gpu_memory)
+        for i, prompt in enumerate(task.val_prompts):
+            sampler.add(i, prompt.input_ids, train.eval_samples)
+        groups, tokens, started = [], 0, time.time()
+        while sampler.num_unfinished:
+            tokens += sampler.step()
+            groups += sampler.pop_finished()
+        seconds = time.time() - started
+        completions = [(task.val_prompts[g.prompt_id], c) for g in groups for c in g.completions]
+        texts = [data.decode(task, c.token_ids) for _, c in completions]
+        passed = np.array(data.score([(p, t) for (p, _), t in zip(completions, texts)])).reshape(len(groups), -1) > 0
+        print(f"{data_path}: {len(groups)} prompts x {train.eval_samples} | pass@1 {passed.mean():.3f} | "
+              f"pass@{train.eval_samples} {passed.any(1).mean():.3f} | groups with signal "
+              f"{(passed.any(1) & ~passed.all(1)).mean():.2f} | {np.mean([len(c.token_ids) for _, c in completions]):.0f} "
+              f"tokens a completion | truncated {np.mean([c.finish_reason == 'truncated' for _, c in completions]):.2f} | "
+              f"{tokens / seconds:.0f} tokens/s ({seconds:.0f} s)", flush=True)
+        for (prompt, c), text, ok in list(zip(completions, texts, passed.reshape(-1)))[:show]:
+            print(f"--- {prompt.id} (answer {prompt.answer}, {'right' if ok else 'wrong'}): {prompt.text}\n{text}")
