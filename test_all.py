@@ -2100,15 +2100,25 @@ def test_vllm_sampler_update_mid_sequence_continues_on_stale_kv_cache(tiny_qwen,
 def test_vllm_reloads_tied_embeddings_in_flight_with_the_fp32_head(tmp_path):
     """Tied embeddings, the fp32 head and an in-flight reload together (Qwen3 up to 4B and SmolLM2 tie): the
     pushed embedding is the head too, on vLLM's side, and every token keeps the log-prob of what made it."""
-    require_vllm()
+    require_vllm()  # its own process: a second in-process engine's teardown breaks the session's (vLLM's global state)
+    result = subprocess.run([sys.executable, os.path.join(REPO, "test_all.py"), "vllm_tied", str(tmp_path)], cwd=REPO,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "tied reload ok" in result.stdout
+
+
+def harness_vllm_tied(path):
+    """test_vllm_reloads_tied_embeddings_in_flight_with_the_fp32_head's body, in a process of its own."""
+    import pathlib
     from sample import VLLMSampler
-    tied = make_tiny_qwen(tmp_path, tie=True)
+    tied = make_tiny_qwen(pathlib.Path(path), tie=True)
     old = load_tiny_qwen(tied)
     new = perturbed_copy(old)
     assert old.lm_head.weight is old.model.embed_tokens.weight and "lm_head.weight" not in dict(new.named_parameters())
     sampler = VLLMSampler(tied["path"], engine_kwargs=dict(dtype="float32", max_model_len=256, kv_cache_memory_bytes=1 << 29),
                           **sampler_knobs(tied, eos_ids=[], think_budget=None, max_new_tokens=12))
     check_update_mid_sequence(sampler, old, new, tied["prompts"][:2], steps_before=5, total=12, tol=1e-4)
+    print("tied reload ok")
 
 
 def test_interruption_inserts_phrase_at_drawn_budget_masks_it_and_honours_answer_budget(sampler_factory, tiny_qwen):
@@ -2904,11 +2914,13 @@ def test_smollm2_trains_through_vllm_with_its_tied_head_reloaded_in_flight(smoll
     result = run_train(out, f"--model_path={smollm2}/model", f"--data_path={smollm2}/mawps_singleop.jsonl",
                        "--sampler=vllm", "--max_steps=2", "--prompts_per_step=2", "--samples_per_prompt=4",
                        "--think_budget_min=24", "--think_budget_max=24", "--answer_budget=8", "--temperature=0.7",
-                       "--n_val=2", "--eval_samples=2", "--eval_interval=2", "--lr=1e-5", "--max_lag=1", "--micro_batch=8")
+                       "--n_val=2", "--eval_samples=2", "--eval_interval=2", "--lr=1e-5", "--max_lag=1", "--micro_batch=8",
+                       "--zero_var_filter=False", "--train_truncated=True")  # every step trains and measures tokens
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_train_log(out)
     assert [r["step"] for r in rows] == [0, 1, 2] and "val_reward" in rows[-1]
     print({r["step"]: r.get("logprob_mismatch") for r in rows[1:]})  # in the log: the figures the README quotes
+    assert all(r["trained_tokens"] > 0 for r in rows[1:])
     assert rows[1]["policy_lag_max"] == 0 and rows[1]["logprob_mismatch"] < 1e-4  # vLLM's numerics against the trainer's
     assert rows[2]["logprob_mismatch"] < 0.05 and rows[1]["interruption_rate"] == 0  # after a reload; nobody thinks
 
@@ -3201,6 +3213,7 @@ def test_a_cold_start_longer_than_rank_timeout_does_not_fail_the_job(tiny_model_
     result = torchrun_harness(3, "slow_build", 8, f"--out_dir={out}", *TRAIN_FAST, "--n_samplers=1", "--rank_timeout=4",
                               "--n_val=8", "--eval_samples=2", "--max_steps=1")
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "harness: the model's build held 8 s" in result.stderr  # the cold start did outlast rank_timeout
     assert [r["step"] for r in read_train_log(out)] == [0, 1]
 
 
@@ -3313,8 +3326,14 @@ def harness_slow_build(hold_s, *args):
     """train.py with `args`, as torchrun runs it, except that the master's build of the tiny model takes hold_s
     seconds more: a cold start that outlasts rank_timeout by construction, on any machine."""
     import runpy
-    build = tiny.build_tiny_model
-    tiny.build_tiny_model = lambda *a, **k: time.sleep(float(hold_s)) or build(*a, **k)
+    run = subprocess.run
+
+    def slow_prepare(command, *a, **k):  # train.tiny_model() runs data/builtin/prepare.py (on the master only)
+        if any(str(c).endswith("prepare.py") for c in command):
+            time.sleep(float(hold_s))
+            print(f"harness: the model's build held {hold_s} s", file=sys.stderr, flush=True)
+        return run(command, *a, **k)
+    subprocess.run = slow_prepare
     sys.argv = [os.path.join(REPO, "train.py"), *args]
     runpy.run_path(sys.argv[0], run_name="__main__")
 
@@ -3345,5 +3364,5 @@ def harness_slow_validation(hold_s, *args):
 
 if __name__ == "__main__":
     harnesses = dict(fixed_batch=harness_fixed_batch, buckets=harness_buckets, slow_validation=harness_slow_validation,
-                     slow_build=harness_slow_build)
+                     slow_build=harness_slow_build, vllm_tied=harness_vllm_tied)
     harnesses[sys.argv[1]](*sys.argv[2:])
