@@ -10,6 +10,7 @@ head) on a fixed batch of rows x (prompt_len + completion_len) tokens; sampler: 
 completion_len tokens for each row, on the trainer's compute module, as in one process.
 """
 
+import contextlib
 import os
 import random
 import sys
@@ -43,7 +44,8 @@ def measure(dtype, args, profiled=False):
     policy = train.make_policy(args["model_path"], layout)
     groups = batch(args["rows"], args["prompt_len"], args["completion_len"], policy.model.config.vocab_size)
     train.train_step(policy, groups, 0, 0)  # warm
-    with profile(activities=[ProfilerActivity.CPU], enabled=profiled) as trainer_prof:
+    profiler = lambda: profile(activities=[ProfilerActivity.CPU]) if profiled else contextlib.nullcontext()
+    with profiler() as trainer_prof:
         started = time.perf_counter()
         train.train_step(policy, groups, 1, 0)
         step_s = time.perf_counter() - started
@@ -51,7 +53,7 @@ def measure(dtype, args, profiled=False):
                            think_budget=None, max_new_tokens=args["completion_len"])
     for g in groups:
         sampler.add(g.prompt_id, g.prompt_ids, len(g.completions))
-    with profile(activities=[ProfilerActivity.CPU], enabled=profiled) as sampler_prof:
+    with profiler() as sampler_prof:
         tokens, started = 0, time.perf_counter()
         while sampler.num_unfinished:
             tokens += sampler.step()
