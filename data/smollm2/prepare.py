@@ -85,8 +85,9 @@ def write_datasets(data_wheel):
             numbers = [float(x) for x in re.findall(r"\d+(?:\.\d+)?", row["problem"])]
             if numbers and max(numbers) <= 20 and re.fullmatch(r"\d+", row["answer"]) and int(row["answer"]) <= 100:
                 easy.setdefault(row["problem"], row)  # MAWPS repeats problems across its parts
-    with open(os.path.join(OUT, "easy.jsonl"), "w") as f:
+    with open(os.path.join(OUT, "easy.jsonl.tmp"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in easy.values())
+    os.replace(os.path.join(OUT, "easy.jsonl.tmp"), os.path.join(OUT, "easy.jsonl"))  # complete, or absent
     print(f"easy: {len(easy)} problems")
 
 
