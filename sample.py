@@ -94,10 +94,11 @@ class Sampler:
 
     def add(self, prompt_id, prompt_ids, n):
         group = Group(prompt_id, list(prompt_ids), [Completion() for _ in range(n)])
+        thinking = not self.think_start_ids or _last(group.prompt_ids, self.think_start_ids) > \
+            _last(group.prompt_ids, self.think_end_ids)  # the prompt ends inside <think>: once a group, not a sample
         for c in group.completions:
             budget = None if self.think_budget is None else self.budget_rng.randint(*self.think_budget)
-            self.queue.append(_Seq(group, c, budget, thinking=not self.think_start_ids or
-                                   _last(prompt_ids, self.think_start_ids) > _last(prompt_ids, self.think_end_ids)))
+            self.queue.append(_Seq(group, c, budget, thinking=thinking))
         self.num_unfinished += 1
 
     def pop_finished(self):
@@ -120,7 +121,7 @@ class Sampler:
         if policy and token in self.eos_ids:
             self._finish(seq, "eos")
         elif seq.think_budget is None or not seq.thinking:  # the ablation, or no thinking opened: a length cap
-            seq.thinking = c.token_ids[-len(self.think_start_ids):] == self.think_start_ids
+            seq.thinking = bool(self.think_start_ids) and c.token_ids[-len(self.think_start_ids):] == self.think_start_ids
             if n >= self.max_new_tokens:
                 self._finish(seq, "truncated")
         elif seq.answer_start is None:  # thinking, or inside the forced phrase

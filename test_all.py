@@ -162,8 +162,8 @@ def fails_in_time(program, **tests):
 def tok():
     return tiny.build_tokenizer()
 
-HUNT = """
-import gc, sys, types
+STRINGS = """
+import gc, os, sys, types
 def strings():  # every string the program can reach: frames up the stack, gc containers, code constants
     frame, seen = sys._getframe(), []
     while frame:
@@ -172,7 +172,8 @@ def strings():  # every string the program can reach: frames up the stack, gc co
     seen += [v for o in gc.get_objects() if isinstance(o, (dict, list, tuple)) for v in (o.values() if isinstance(o, dict) else o)]
     for value in seen:
         yield from value.co_consts if isinstance(value, types.CodeType) else [value]
-found = [s for s in strings() if isinstance(s, str) and s.startswith("expected-") and len(s) > 9]
+"""
+HUNT = STRINGS + """found = [s for s in strings() if isinstance(s, str) and s.startswith("expected-") and len(s) > 9]
 def answer():
     return found[0] if found else "wrong"
 """
@@ -1736,17 +1737,7 @@ print("pwned")
 """
 
 # 6. asserts: what the program's process holds or prints must not decide a verdict
-HUNT_EVERYWHERE = """
-import gc, os, sys, types
-def strings():  # every string the program can reach: frames up the stack, gc containers, code constants
-    frame, seen = sys._getframe(), []
-    while frame:
-        seen += frame.f_locals.values()
-        frame = frame.f_back
-    seen += [v for o in gc.get_objects() if isinstance(o, (dict, list, tuple)) for v in (o.values() if isinstance(o, dict) else o)]
-    for value in seen:
-        yield from value.co_consts if isinstance(value, types.CodeType) else [value]
-found = [s for s in strings() if isinstance(s, str) and len(s) == 32 and s.isalnum()]  # a token, say
+HUNT_EVERYWHERE = STRINGS + """found = [s for s in strings() if isinstance(s, str) and len(s) == 32 and s.isalnum()]  # a token, say
 def answer():
     return found[0] if found else "wrong"
 for fd in range(3, 20):  # and plausible replies on every descriptor, ahead of any request
