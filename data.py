@@ -9,8 +9,10 @@ several, comma-separated, optionally weighted ("math.jsonl:2,code.jsonl:1"). Eve
 n_train (ours: every domain's curve gets the same precision); validation reports val_reward_<domain>.
 
 The built-in task (ours; the paper trains on Polaris-53K math), its prompts i.i.d. from one generator (the
-held-out ones never in training), its base model made by data/builtin/prepare.py: 2-12 numbers from 0-3
+held-out ones never in training), its base model made by data/builtin/prepare.py: 2-20 numbers from 0-3
 tagged by letters, the running sum mod 10 after each, then the last: a3b0c2d1e2 -> <think>a3b3c5d6e8</think>8.
+Its budgets cut no correct chain (a chain of n numbers ends with '</think>' as completion token 2n + 2, 42 at
+most), so the interruption acts only on runaway chains, as the paper's 10-12k of thinking does.
 
 Rewards are +1 / -1 (ScaleRL) on the text after the last </think>; on all of it when no thinking was opened
 (models that do not think); -1 when thinking was opened, by the prompt (some chat templates end in <think>)
@@ -36,8 +38,8 @@ import sandbox
 INTERRUPT_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
 THINK_START, THINK_END = "<think>", "</think>"
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
-TINY_TASK = dict(min_terms=2, max_terms=12, max_term=3)  # n in 2..12 numbers, each 0..3
-TINY_THINK_BUDGET = (22, 26)  # completion tokens before the forced interruption (paper: 10k-12k)
+TINY_TASK = dict(min_terms=2, max_terms=20, max_term=3)  # n in 2..20 numbers, each 0..3
+TINY_THINK_BUDGET = (44, 48)  # completion tokens before the forced interruption (paper: 10k-12k): > 2 * 20 + 2
 TINY_ANSWER_BUDGET = 4        # tokens after </think> (paper: 2,048); the answer is 1 digit + <eos>
 
 

@@ -388,9 +388,9 @@ class RemoteSamplers:
     def num_unfinished(self):
         return sum(self.load.values())
 
-    def add(self, prompt_id, prompt_ids, n):
+    def add(self, prompt_id, prompt_ids, n, think_budget=None):
         rank = min(self.ranks, key=lambda r: self.load[r])
-        self.layout.mailbox.send(rank, ("add", prompt_id, list(prompt_ids), n))
+        self.layout.mailbox.send(rank, ("add", prompt_id, list(prompt_ids), n, think_budget))
         self.load[rank] += 1
 
     def step(self):

@@ -92,12 +92,15 @@ class Sampler:
         self.finished = []    # groups done, not yet popped
         self.num_unfinished = 0
 
-    def add(self, prompt_id, prompt_ids, n):
+    def add(self, prompt_id, prompt_ids, n, think_budget=None):
+        """A group of n samples of one prompt. think_budget: (min, max) for this group in place of the sampler's
+        (validation samples every run under one protocol, whatever its length control)."""
+        think_budget = self.think_budget if think_budget is None else tuple(think_budget)
         group = Group(prompt_id, list(prompt_ids), [Completion() for _ in range(n)])
         thinking = not self.think_start_ids or _last(group.prompt_ids, self.think_start_ids) > \
             _last(group.prompt_ids, self.think_end_ids)  # the prompt ends inside <think>: once a group, not a sample
         for c in group.completions:
-            budget = None if self.think_budget is None else self.budget_rng.randint(*self.think_budget)
+            budget = None if think_budget is None else self.budget_rng.randint(*think_budget)
             self.queue.append(_Seq(group, c, budget, thinking=thinking))
         self.num_unfinished += 1
 

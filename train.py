@@ -18,6 +18,7 @@ An ablation, resuming a run, fitting its scaling curve:
     python train.py config/loo_dapo.py; python train.py --init_from=resume; python fit_curve.py out/log.jsonl
 """
 
+import copy
 import json
 import math
 import os
@@ -68,7 +69,7 @@ temperature = 1.0              # sampling temperature, also used by the trainer 
 # batch and optimiser
 prompts_per_step = 32          # P prompts per optimizer step (paper: 48)
 samples_per_prompt = 8         # G completions per prompt (paper: 16)
-lr = 3e-5                      # constant after warm-up (paper: 5e-7 for 8B; tiny models need more)
+lr = 1e-4                      # constant after warm-up (paper: 5e-7 for 8B; tiny models need more)
 warmup_steps = 10              # linear warm-up (paper: 100)
 weight_decay = 0.01
 adam_eps = 1e-15               # (paper: 1e-15)
@@ -99,9 +100,11 @@ wandb_project = "scalerl"
 wandb_run_name = ""            # '' = wandb's own name
 # hardware
 device = "cpu"                 # 'cpu' | 'cuda'
-dtype = "float32"              # compute: 'float32' | 'bfloat16' (parameters and AdamW state stay fp32)
+dtype = "float32"              # trainer compute: 'float32' | 'bfloat16' (parameters and AdamW state stay fp32)
+sampler_dtype = "bfloat16"     # sampler compute (the paper's generators: bf16); the weights reach it cast
 sampler = "torch"              # 'torch' (plain KV-cache decoding) | 'vllm'
-sampler_slots = 256            # sequences decoded at once per sampler (continuous batching)
+sampler_slots = 1280           # sequences decoded at once per sampler (continuous batching); 5 batches in flight
+                               # keep PipelineRL-8's mean lag above 2 steps on the built-in task
 vllm_gpu_memory = 0.4          # vLLM's gpu_memory_utilization (a share of the GPU's *total* memory) beside
                                # the trainer, in one process
 vllm_gpu_memory_own = 0.85     # ... on a sampler rank's own GPU
@@ -116,8 +119,8 @@ micro_batch_tokens = 0         # at most this many padded tokens per forward/bac
 config_keys = [k for k, v in globals().items() if not k.startswith("_") and type(v) in (bool, int, float, str)]
 RULES = dict(loss=("cispo", "dapo", "gspo", "grpo"), agg=("prompt", "sample", "token"),
              adv_norm=("batch", "prompt", "none"), off_policy=("pipeline", "ppo"), length_control=("interrupt", "penalty"),
-             init_from=("scratch", "resume"), device=("cpu", "cuda"), dtype=("float32", "bfloat16"),
-             sampler=("torch", "vllm"), samples_per_prompt=2, think_budget_min=1, rank_timeout=2.0,
+             init_from=("scratch", "resume"), device=("cpu", "cuda"), **dict.fromkeys(["dtype", "sampler_dtype"],
+             ("float32", "bfloat16")), sampler=("torch", "vllm"), samples_per_prompt=2, think_budget_min=1, rank_timeout=2.0,
              **dict.fromkeys("prompts_per_step max_lag answer_budget eval_interval eval_samples ckpt_interval "
                              "sampler_slots max_steps n_val weight_bucket_mb".split(), 1),
              **dict.fromkeys(["micro_batch", "micro_batch_tokens", "n_train"], 0))
@@ -169,16 +172,18 @@ def reward_groups(groups, task, curriculum):
                          for r, c in zip(g.rewards, g.completions)]
 
 
-def collate(groups, advantages, pad_id):
+def collate(groups, advantages, pad_id, version):
     """Completion rows of the kept groups -> right-padded tensors, aligned the way loss.py wants:
     position t of (N, T-1) predicts token t+1, so completion token j of a row sits at len(prompt)-1+j.
-    Completions cut at the answer budget are masked out unless train_truncated (paper, A.16)."""
+    Completions cut at the answer budget are masked out unless train_truncated (paper, A.16). fresh marks the
+    tokens that weights of `version` (the trainer's now) sampled: their mismatch is numerics, not staleness."""
     rows = [(g.prompt_ids, c, a) for g, adv in zip(groups, advantages) for c, a in zip(g.completions, adv.tolist())]
     lengths = torch.tensor([len(p) + len(c.token_ids) for p, c, _ in rows])
     T = int(lengths.max())
     ids = torch.full((len(rows), T), pad_id, dtype=torch.long)  # padding: never attended, never trained
     behaviour = torch.zeros(len(rows), T - 1)
     mask = torch.zeros(len(rows), T - 1)
+    fresh = torch.zeros(len(rows), T - 1, dtype=torch.bool)
     prompt_index = torch.tensor([i for i, g in enumerate(groups) for _ in g.completions])
     for r, (prompt_ids, c, _) in enumerate(rows):
         n, k = len(prompt_ids), len(c.token_ids)
@@ -186,7 +191,8 @@ def collate(groups, advantages, pad_id):
         behaviour[r, n - 1:n - 1 + k] = torch.tensor(c.logprobs, dtype=torch.float32)  # NaN on forced tokens
         if train_truncated or c.finish_reason != "truncated":
             mask[r, n - 1:n - 1 + k] = torch.tensor(c.policy_mask, dtype=torch.float32)
-    return ids, lengths, behaviour, mask, prompt_index, torch.tensor([a for _, _, a in rows])
+        fresh[r, n - 1:n - 1 + k] = torch.tensor(c.versions) == version
+    return ids, lengths, behaviour, mask, fresh, prompt_index, torch.tensor([a for _, _, a in rows])
 
 
 def micro_batches(lengths, rank, ranks):
@@ -237,7 +243,7 @@ def train_step(policy, groups, step, pad_id):
     if not kept:  # every group was all-correct or all-wrong: nothing to learn from this batch
         return dict(stats, loss=0.0, grad_norm=0.0, skipped="no_signal", trained_tokens=0)
     advantages = L.group_advantages(rewards[keep], adv_norm)  # (P', G)
-    ids, lengths, behaviour, mask, prompt_index, row_adv = collate(kept, advantages, pad_id)
+    ids, lengths, behaviour, mask, fresh, prompt_index, row_adv = collate(kept, advantages, pad_id, step)
     weights = L.token_weights(mask, prompt_index, agg)  # (N, T-1), sums to 1 over the whole batch
     for param_group in policy.optimizer.param_groups:
         param_group["lr"] = lr_at(step + 1)
@@ -252,7 +258,7 @@ def train_step(policy, groups, step, pad_id):
         logprobs, entropy = policy.logprobs(ids[rows, :T].to(device), temperature, fp32_head, with_entropy=True)
         mb_loss, mb_stats = L.policy_loss(logprobs, mb(behaviour), row_adv[rows].to(device), mb(mask) * share,
                                           mb(weights) * share, loss, eps_max=eps_max, clip_low=clip_low,
-                                          clip_high=clip_high, gspo_low=gspo_low, gspo_high=gspo_high)
+                                          clip_high=clip_high, gspo_low=gspo_low, gspo_high=gspo_high, fresh=mb(fresh))
         # each rank's loss is its part of one global sum; gradients are averaged over the trainers
         # (FSDP2's reduce-scatter, sync_grads under data parallelism), so scale by their number. FSDP2 reduce-
         # scatters every micro-batch's gradients into the fp32 shards: deferring it to the last one would hold
@@ -266,7 +272,8 @@ def train_step(policy, groups, step, pad_id):
     sync_grads(policy.model, policy.ranks)
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.model.parameters(), grad_clip, foreach=True)
     grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP2: a DTensor
-    for key in ("tokens", "is_ratio_sum", "is_truncated_sum", "logprob_mismatch_sum"):
+    for key in ("tokens", "is_ratio_sum", "is_truncated_sum", "logprob_mismatch_sum", "lag0_tokens", "mismatch_lag0_sum",
+                "kl_lag0_sum"):
         sums[key] = sum(s[key] for s in loss_stats)
     sums = distributed.all_reduce_sums(sums, dict(is_ratio_max=max(s["is_ratio_max"] for s in loss_stats)))
     stats.update(L.merge_stats([sums], sums["entropy"]), loss=float(sums["loss"]), grad_norm=float(grad_norm),
@@ -282,12 +289,13 @@ def train_step(policy, groups, step, pad_id):
 
 @torch.no_grad()
 def evaluate(samplers, rollouts, task, layout):
-    """Pass rate on the held-out prompts x eval_samples, sampled like training (the paper's mean@16 is sampled),
-    overall and per domain, on the training samplers (unfinished training groups decode on and wait in
-    `rollouts`) -> the log's validation keys and the training tokens generated meanwhile."""
+    """Pass rate on the held-out prompts x eval_samples, overall and per domain, sampled like training (the paper's
+    mean@16 is sampled) but always under interruption (one protocol for every length_control, ours), on the training
+    samplers (unfinished training groups decode on and wait in `rollouts`) -> the log's validation keys and the
+    training tokens generated meanwhile."""
     started = time.time()
     for i, prompt in enumerate(task.val_prompts):
-        samplers.add(("val", i), prompt.input_ids, eval_samples)
+        samplers.add(("val", i), prompt.input_ids, eval_samples, (think_budget_min, think_budget_max))
     pairs, tokens, val_tokens, done = [], 0, 0, 0
     with tqdm(total=len(task.val_prompts), desc="validation", leave=False,
               disable=not (layout.rank == 0 and sys.stderr.isatty())) as bar:
@@ -332,8 +340,8 @@ def make_policy(path, layout, resume=False):
 
 
 def make_sampler(path, task, layout, version, max_len, vllm_share, policy=None):
-    """A sampler in this process: the torch one decodes with the trainer's own compute module (one
-    process: zero-copy updates) or with its own copy (a sampler rank); the vLLM one starts an engine."""
+    """A sampler in this process: the torch one decodes with the trainer's own compute module (one process, the
+    same dtype: zero-copy updates) or with its own copy in sampler_dtype; the vLLM one starts an engine."""
     encode = lambda text: task.tokenizer.encode(text, add_special_tokens=False)
     knobs = dict(temperature=temperature, fp32_head=fp32_head, max_seqs=sampler_slots,
                  seed=seed + 1000 * layout.rank + version, eos_ids=task.eos_ids, think_start_ids=encode(data.THINK_START),
@@ -342,12 +350,13 @@ def make_sampler(path, task, layout, version, max_len, vllm_share, policy=None):
                  max_new_tokens=think_budget_max + answer_budget)
     if sampler == "torch":
         from transformers import AutoModelForCausalLM
-        module = policy.logprobs.model if policy else \
-            AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(layout.device).eval()
+        module = policy.logprobs.model if policy and sampler_dtype == dtype else copy.deepcopy(policy.model).to(
+            getattr(torch, sampler_dtype)).eval() if policy else AutoModelForCausalLM.from_pretrained(
+            path, dtype=getattr(torch, sampler_dtype)).to(layout.device).eval()  # own copy: push_weights updates it
         handle = TorchSampler(module, **knobs)
     else:
         budget = dict(gpu_memory_utilization=vllm_share) if device == "cuda" else dict(kv_cache_memory_bytes=1 << 30)
-        handle = VLLMSampler(path, engine_kwargs=dict(dtype=dtype, max_model_len=max_len, **budget), **knobs)
+        handle = VLLMSampler(path, engine_kwargs=dict(dtype=sampler_dtype, max_model_len=max_len, **budget), **knobs)
         tokens, sequences = handle.engine.kv_capacity()  # beyond it, vLLM preempts and recomputes sequences
         print(f"rank {layout.rank}: vLLM's KV cache holds {tokens:,} tokens, {sequences:.0f} sequences of the full "
               f"{max_len} tokens, for sampler_slots={sampler_slots}", flush=True)
@@ -361,7 +370,7 @@ def follow(policy, task, layout, pad_id):
     while (message := layout.mailbox.get(0, "the master (rank 0)"))[0] != "stop":
         _, batch, step, save = message
         train_step(policy, batch, step, pad_id)
-        push_weights(policy, None, step + 1, getattr(torch, dtype), weight_bucket_mb << 20)
+        push_weights(policy, None, step + 1, getattr(torch, sampler_dtype), weight_bucket_mb << 20)
         if save:
             checkpoint.save(out_dir, policy, task.tokenizer, None)
 
@@ -440,7 +449,8 @@ if __name__ == "__main__":
         import wandb
         wandb.init(project=wandb_project, name=wandb_run_name or None, config=config)
     log = checkpoint.open_log(out_dir, header, logged, wandb if master and wandb_log else None) if master else None
-    t_start, generated = time.time(), 0
+    # cpu_seconds: this process's CPU time, validation included, a resumed run's earlier time too
+    t_start, generated, cpu_start = time.time(), 0, time.process_time() - counters.get("cpu_seconds", 0.0)
     if step == 0 or max((r.get("step", -1) for r in logged), default=-1) < step:  # R0, or a step whose row a crash kept from the log
         row = dict(state["row"]) if state else dict(step=0, gpu_hours=0.0, flops=0.0, tokens=0)
         if step % eval_interval == 0 or state["last"]:
@@ -476,13 +486,14 @@ if __name__ == "__main__":
         stats = train_step(policy, batch, step, pad_id)
         step += 1
         # push the weights into every sampler, in flight
-        push_weights(policy, samplers, step, getattr(torch, dtype), weight_bucket_mb << 20)
+        push_weights(policy, samplers, step, getattr(torch, sampler_dtype), weight_bucket_mb << 20)
         # count, checkpoint (before a validation that may take hours), evaluate, log
         counters["tokens"] += generated
         counters["flops"] += 2 * n_params * generated + 6 * n_params * stats["trained_tokens"]  # ~2N / ~6N a token
         counters["train_seconds"] += time.time() - segment_start  # wall time of sampling + training
-        row = dict(step=step, gpu_hours=counters["train_seconds"] * layout.world / 3600, flops=counters["flops"],
-                   tokens=counters["tokens"], step_time=time.time() - t0, **stats)  # gpu_hours: wall x processes
+        counters["cpu_seconds"] = time.process_time() - cpu_start
+        row = dict(step=step, gpu_hours=counters["train_seconds"] * layout.world / 3600, flops=counters["flops"], tokens=
+                   counters["tokens"], cpu_seconds=counters["cpu_seconds"], step_time=time.time() - t0, **stats)
         if save:
             shares = [dict(curriculum=curriculum.state_dict(), in_flight=rollouts.in_flight())]
             checkpoint.save(out_dir, policy, task.tokenizer, dict(step=step, counters=counters, world=layout.world, config=config,
