@@ -3460,10 +3460,10 @@ def harness_slow_validation(hold_s, *args):
     import sample
     add, pop = sample.Sampler.add, sample.Sampler.pop_finished
 
-    def add_and_start_the_clock(self, prompt_id, prompt_ids, n):
+    def add_and_start_the_clock(self, prompt_id, prompt_ids, n, think_budget=None):
         if prompt_id == ("val", 0):
             self.hold_until = time.time() + float(hold_s)
-        add(self, prompt_id, prompt_ids, n)
+        add(self, prompt_id, prompt_ids, n, think_budget)
 
     def pop_all_but_held(self):
         holding = time.time() < getattr(self, "hold_until", 0)

@@ -49,7 +49,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 import fit_curve  # noqa: E402
 
-BASE = ["--max_steps=150", "--eval_interval=5", "--eval_samples=4", "--n_val=200", "--n_train=2000",
+BASE = ["--max_steps=200", "--eval_interval=5", "--eval_samples=4", "--n_val=200", "--n_train=2000",
         "--ckpt_interval=25", "--max_minutes=0"]  # train.py overrides of every run in the study; the rest is its defaults
 QUICK = ["--lr=1e-4", "--warmup_steps=2", "--max_steps=12", "--eval_interval=2", "--ckpt_interval=6",
          "--max_minutes=0", "--n_val=40", "--eval_samples=4", "--prompts_per_step=16"]
