@@ -187,7 +187,7 @@ def token_weights(mask, prompt_index, agg="prompt"):
 # policy losses
 
 def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss="cispo",
-                eps_max=4.0, clip_low=0.2, clip_high=0.28, gspo_low=3e-3, gspo_high=5e-3, fresh=None):
+                eps_max=4.0, clip_low=0.2, clip_high=0.28, gspo_low=3e-3, gspo_high=5e-3):
     """Policy-gradient loss to minimise, and its diagnostics.
 
     logprobs           (N, T) trainer log-probs of the sampled tokens (with grad)
@@ -196,7 +196,6 @@ def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss="c
     mask               (N, T) 1 where the policy chose the token (not padding, not the forced
                               interruption phrase, not the prompt)
     weights            (N, T) aggregation weights from token_weights (zero where mask is zero)
-    fresh              (N, T) bool, optional: tokens the trainer's current weights sampled (lag 0)
 
     loss = "cispo" (ScaleRL): J = sum w * sg(min(rho, eps_max)) * A * log pi      (MiniMax-M1)
            "dapo":  PPO surrogate min(rho A, clip(rho, 1-clip_low, 1+clip_high) A), 0.2 / 0.28
@@ -237,24 +236,27 @@ def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss="c
         stats = dict(tokens=mask.sum(), is_ratio_sum=ratio_on_mask.sum(), is_ratio_max=ratio_on_mask.max(),
                      is_truncated_sum=(clipped & mask).sum(),
                      logprob_mismatch_sum=log_ratio.abs().sum())  # log_ratio is 0 off the mask
-        # the generator/trainer mismatch on lag-0 tokens (`fresh`: sampled by the weights the trainer holds), so
-        # it is numerics, not staleness: mean |log pi - log pi_gen| and KL(pi_gen || pi) by the k3 estimator
-        fresh = mask & (fresh if fresh is not None else torch.zeros_like(mask))
-        fresh_log_ratio = torch.where(fresh, log_ratio, 0.0)
-        stats.update(lag0_tokens=fresh.sum(), mismatch_lag0_sum=fresh_log_ratio.abs().sum(),
-                     kl_lag0_sum=(fresh_log_ratio.exp() - 1 - fresh_log_ratio).sum())
     return total, stats
 
 
 def merge_stats(stats_list, entropy_sum=0.0):
     """Combine the policy_loss stats of a step's micro-batches into the log's per-step values."""
-    total = lambda key: float(sum(s.get(key, 0.0) for s in stats_list))  # the sync point: once per step
-    tokens, fresh = max(total("tokens"), 1.0), total("lag0_tokens")
-    merged = dict(is_ratio_mean=total("is_ratio_sum") / tokens,
-                  is_ratio_max=max((float(s["is_ratio_max"]) for s in stats_list), default=0.0),
-                  is_truncated_frac=total("is_truncated_sum") / tokens,
-                  logprob_mismatch=total("logprob_mismatch_sum") / tokens, lag0_tokens=int(fresh),
-                  entropy=float(entropy_sum) / tokens)
-    if fresh:  # a step may train no lag-0 token: then the log has no figure rather than a 0
-        merged.update(logprob_mismatch_lag0=total("mismatch_lag0_sum") / fresh, kl_lag0=total("kl_lag0_sum") / fresh)
-    return merged
+    total = lambda key: float(sum(s[key] for s in stats_list))  # the sync point: once per step
+    tokens = max(total("tokens"), 1.0)
+    return dict(is_ratio_mean=total("is_ratio_sum") / tokens,
+                is_ratio_max=max((float(s["is_ratio_max"]) for s in stats_list), default=0.0),
+                is_truncated_frac=total("is_truncated_sum") / tokens,
+                logprob_mismatch=total("logprob_mismatch_sum") / tokens,
+                entropy=float(entropy_sum) / tokens)
+
+
+@torch.no_grad()
+def sampler_mismatch(logprobs, behaviour_logprobs, mask):
+    """The generator/trainer numeric mismatch (what the FP32 head removes, ScaleRL sec. 3.3) on completions that
+    one version of the weights sampled whole (validation's), so staleness plays no part -> dict(lag0_tokens,
+    logprob_mismatch_lag0: mean |log pi - log pi_gen|, kl_lag0: KL(pi_gen || pi) as the mean of rho - 1 - log rho)."""
+    mask = mask.bool()
+    log_ratio = torch.where(mask, logprobs - behaviour_logprobs, 0.0)  # (N, T); NaN (forced tokens) off the mask
+    n = max(int(mask.sum()), 1)
+    return dict(lag0_tokens=int(mask.sum()), logprob_mismatch_lag0=float(log_ratio.abs().sum()) / n,
+                kl_lag0=float((log_ratio.exp() - 1 - log_ratio).sum()) / n)

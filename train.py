@@ -173,18 +173,16 @@ def reward_groups(groups, task, curriculum):
                          for r, c in zip(g.rewards, g.completions)]
 
 
-def collate(groups, advantages, pad_id, version):
+def collate(groups, advantages, pad_id):
     """Completion rows of the kept groups -> right-padded tensors, aligned the way loss.py wants:
     position t of (N, T-1) predicts token t+1, so completion token j of a row sits at len(prompt)-1+j.
-    Completions cut at the answer budget are masked out unless train_truncated (paper, A.16). fresh marks the
-    tokens that weights of `version` (the trainer's now) sampled: their mismatch is numerics, not staleness."""
+    Completions cut at the answer budget are masked out unless train_truncated (paper, A.16)."""
     rows = [(g.prompt_ids, c, a) for g, adv in zip(groups, advantages) for c, a in zip(g.completions, adv.tolist())]
     lengths = torch.tensor([len(p) + len(c.token_ids) for p, c, _ in rows])
     T = int(lengths.max())
     ids = torch.full((len(rows), T), pad_id, dtype=torch.long)  # padding: never attended, never trained
     behaviour = torch.zeros(len(rows), T - 1)
     mask = torch.zeros(len(rows), T - 1)
-    fresh = torch.zeros(len(rows), T - 1, dtype=torch.bool)
     prompt_index = torch.tensor([i for i, g in enumerate(groups) for _ in g.completions])
     for r, (prompt_ids, c, _) in enumerate(rows):
         n, k = len(prompt_ids), len(c.token_ids)
@@ -192,8 +190,7 @@ def collate(groups, advantages, pad_id, version):
         behaviour[r, n - 1:n - 1 + k] = torch.tensor(c.logprobs, dtype=torch.float32)  # NaN on forced tokens
         if train_truncated or c.finish_reason != "truncated":
             mask[r, n - 1:n - 1 + k] = torch.tensor(c.policy_mask, dtype=torch.float32)
-        fresh[r, n - 1:n - 1 + k] = torch.tensor(c.versions) == version
-    return ids, lengths, behaviour, mask, fresh, prompt_index, torch.tensor([a for _, _, a in rows])
+    return ids, lengths, behaviour, mask, prompt_index, torch.tensor([a for _, _, a in rows])
 
 
 def micro_batches(lengths, rank, ranks):
@@ -244,7 +241,7 @@ def train_step(policy, groups, step, pad_id):
     if not kept:  # every group was all-correct or all-wrong: nothing to learn from this batch
         return dict(stats, loss=0.0, grad_norm=0.0, skipped="no_signal", trained_tokens=0)
     advantages = L.group_advantages(rewards[keep], adv_norm)  # (P', G)
-    ids, lengths, behaviour, mask, fresh, prompt_index, row_adv = collate(kept, advantages, pad_id, step)
+    ids, lengths, behaviour, mask, prompt_index, row_adv = collate(kept, advantages, pad_id)
     weights = L.token_weights(mask, prompt_index, agg)  # (N, T-1), sums to 1 over the whole batch
     for param_group in policy.optimizer.param_groups:
         param_group["lr"] = lr_at(step + 1)
@@ -259,7 +256,7 @@ def train_step(policy, groups, step, pad_id):
         logprobs, entropy = policy.logprobs(ids[rows, :T].to(device), temperature, fp32_head, with_entropy=True)
         mb_loss, mb_stats = L.policy_loss(logprobs, mb(behaviour), row_adv[rows].to(device), mb(mask) * share,
                                           mb(weights) * share, loss, eps_max=eps_max, clip_low=clip_low,
-                                          clip_high=clip_high, gspo_low=gspo_low, gspo_high=gspo_high, fresh=mb(fresh))
+                                          clip_high=clip_high, gspo_low=gspo_low, gspo_high=gspo_high)
         # each rank's loss is its part of one global sum; gradients are averaged over the trainers
         # (FSDP2's reduce-scatter, sync_grads under data parallelism), so scale by their number. FSDP2 reduce-
         # scatters every micro-batch's gradients into the fp32 shards: deferring it to the last one would hold
@@ -273,8 +270,7 @@ def train_step(policy, groups, step, pad_id):
     sync_grads(policy.model, policy.ranks)
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.model.parameters(), grad_clip, foreach=True)
     grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP2: a DTensor
-    for key in ("tokens", "is_ratio_sum", "is_truncated_sum", "logprob_mismatch_sum", "lag0_tokens", "mismatch_lag0_sum",
-                "kl_lag0_sum"):
+    for key in ("tokens", "is_ratio_sum", "is_truncated_sum", "logprob_mismatch_sum"):
         sums[key] = sum(s[key] for s in loss_stats)
     sums = distributed.all_reduce_sums(sums, dict(is_ratio_max=max(s["is_ratio_max"] for s in loss_stats)))
     stats.update(L.merge_stats([sums], sums["entropy"]), loss=float(sums["loss"]), grad_norm=float(grad_norm),
@@ -289,24 +285,24 @@ def train_step(policy, groups, step, pad_id):
 
 
 @torch.no_grad()
-def evaluate(samplers, rollouts, task, layout):
+def evaluate(samplers, rollouts, task, layout, policy, pad_id):
     """Pass rate on the held-out prompts x eval_samples, overall and per domain, sampled like training (the paper's
     mean@16 is sampled) but always under interruption (one protocol for every length_control, ours), on the training
-    samplers (unfinished training groups decode on and wait in `rollouts`) -> the log's validation keys and the
-    training tokens generated meanwhile."""
+    samplers (unfinished training groups decode on, wait in `rollouts`, and count in the tokens returned); and, as no
+    weights change meanwhile, the sampler/trainer mismatch without staleness, on 8 groups (an unsharded trainer)."""
     started = time.time()
     for i, prompt in enumerate(task.val_prompts):
         samplers.add(("val", i), prompt.input_ids, eval_samples, (think_budget_min, think_budget_max))
-    pairs, tokens, val_tokens, done = [], 0, 0, 0
+    pairs, tokens, val_tokens, groups = [], 0, 0, []
     with tqdm(total=len(task.val_prompts), desc="validation", leave=False,
               disable=not (layout.rank == 0 and sys.stderr.isatty())) as bar:
-        while done < len(task.val_prompts):
+        while len(groups) < len(task.val_prompts):
             tokens += samplers.step()
             for group in rollouts.collect(samplers.pop_finished()):
                 prompt = task.val_prompts[group.prompt_id[1]]
                 pairs += [(prompt, data.decode(task, c.token_ids)) for c in group.completions]
                 val_tokens += sum(sum(c.policy_mask) for c in group.completions)
-                done += 1
+                groups.append(group)
                 bar.update()
     counts = defaultdict(float)
     for (prompt, _), r in zip(pairs, data.score(pairs)):
@@ -317,6 +313,10 @@ def evaluate(samplers, rollouts, task, layout):
         counts = distributed.all_reduce_sums({k: counts[k] for k in sorted(
             f"{kind}{d}" for kind in ("correct", "total") for d in [""] + [f"_{d}" for d in task.domains])})
     result = dict(val_reward=counts["correct"] / counts["total"], val_seconds=time.time() - started)
+    if not policy.sharded:
+        ids, _, behaviour, mask, _, _ = (t.to(next(policy.model.parameters()).device) for t in collate(
+            groups[:8], torch.zeros(8, eval_samples), pad_id))
+        result.update(L.sampler_mismatch(policy.logprobs(ids, temperature, fp32_head), behaviour, mask))
     if len(task.domains) > 1:
         result.update({f"val_reward_{d}": counts[f"correct_{d}"] / max(counts[f"total_{d}"], 1) for d in task.domains})
     return result, tokens - val_tokens
@@ -455,7 +455,7 @@ if __name__ == "__main__":
     if step == 0 or max((r.get("step", -1) for r in logged), default=-1) < step:  # R0, or a step whose row a crash kept from the log
         row = dict(state["row"]) if state else dict(step=0, gpu_hours=0.0, flops=0.0, tokens=0)
         if step % eval_interval == 0 or state["last"]:
-            scores, generated = evaluate(samplers, rollouts, task, layout)
+            scores, generated = evaluate(samplers, rollouts, task, layout, policy, pad_id)
             row.update(scores)
         if log:
             checkpoint.log_step(log, row, t_start)
@@ -500,7 +500,7 @@ if __name__ == "__main__":
             checkpoint.save(out_dir, policy, task.tokenizer, dict(step=step, counters=counters, world=layout.world, config=config,
                             row=row, shares=distributed.gather_objects(shares[0]) if dp else shares, last=last))
         if step % eval_interval == 0 or last:
-            scores, generated = evaluate(samplers, rollouts, task, layout)
+            scores, generated = evaluate(samplers, rollouts, task, layout, policy, pad_id)
             row.update(scores)
         if log:
             checkpoint.log_step(log, row, t_start)
