@@ -11,7 +11,7 @@ RL on a small model sharpens what the base already does: it needs a base whose p
 pass@1 is low. The teacher writes a wrong running-sum digit with probability TINY_SFT["teacher_slip"] and
 carries on from it, so a chain of n steps is right ~0.8^n of the time: pass@1 ~0.18, pass@8 ~0.69 (seed 0), from
 0.6-0.75 on 2 numbers to chance (0.1) on 15-20. The width is the study's choice (ours): at hidden 128 RL took the
-recipe to ~0.9 and beyond; at 96 it levels off near 0.6, so an ablation can move the asymptote.
+recipe past 0.8 in 100 steps; at 96 it climbs for longer (0.21 -> 0.83 in python train.py's 321 steps, still rising).
 The warm-up shows the clean teacher first (from noisy ones alone the rule was not learned); 10% of the
 demonstrations are cut by the interruption phrase (masked) and answer the running sum so far.
 """
@@ -35,8 +35,7 @@ from data import (INTERRUPT_PHRASE, LETTERS, THINK_END, THINK_START, TINY_ANSWER
 from loss import token_logprobs  # noqa: E402
 
 TINY_MODEL = dict(hidden_size=96, num_hidden_layers=3, num_attention_heads=3,  # head_dim 32: vLLM CPU
-                  intermediate_size=288, max_position_embeddings=1024)  # hidden 128 learned the task to ~0.9+;
-                  # at 96 the recipe levels off well below 1, and the study can see an asymptote move (ours)
+                  intermediate_size=288, max_position_embeddings=1024)  # 96 wide: RL climbs for hundreds of steps
 TINY_SFT = dict(steps=400, batch_size=64, lr=2e-3, warmup=30,
                 clean_frac=0.7,       # the first 70% of steps show a teacher that never slips
                 teacher_slip=0.2,     # then each running-sum digit is wrong with this probability
