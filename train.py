@@ -313,7 +313,7 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
         counts = distributed.all_reduce_sums({k: counts[k] for k in sorted(
             f"{kind}{d}" for kind in ("correct", "total") for d in [""] + [f"_{d}" for d in task.domains])})
     result = dict(val_reward=counts["correct"] / counts["total"], val_seconds=time.time() - started)
-    if not policy.sharded:
+    if groups and not policy.sharded:  # (a data-parallel rank may hold no held-out prompt)
         ids, _, behaviour, mask, _, _ = (t.to(next(policy.model.parameters()).device) for t in collate(
             groups[:8], torch.zeros(8, eval_samples), pad_id))
         result.update(L.sampler_mismatch(policy.logprobs(ids, temperature, fp32_head), behaviour, mask))
