@@ -63,6 +63,13 @@ def compute_copy(model, dtype):
     return model if dtype == torch.float32 else copy.deepcopy(model).to(dtype)
 
 
+def sampler_module(policy, dtype):
+    """What a torch sampler in the trainer's process decodes with: the trainer's compute module when it computes in
+    `dtype` (zero-copy updates), else a copy in `dtype` (the fp32 master itself for fp32) that push_weights fills."""
+    return policy.logprobs.model if next(policy.logprobs.model.parameters()).dtype == dtype else \
+        compute_copy(policy.model, dtype)
+
+
 @torch.no_grad()
 def add_grads(model, compute):
     """The compute copy's gradients of one micro-batch, added to the fp32 parameters' (accumulated in fp32)."""
@@ -152,8 +159,9 @@ def weight_buckets(model, plan, dtype):
 def push_weights(policy, samplers, version, dtype, bucket_bytes):
     """After a step, the new weights into every sampler, in flight (PipelineRL), in buckets cast to `dtype`: to
     the sampler ranks, or into vLLM in this process as an iterator. A torch sampler that decodes with the
-    trainer's own module has nothing to copy; a follower trainer (samplers None) joins the gathers only."""
-    if getattr(samplers, "model", None) is policy.logprobs.model:
+    trainer's own modules (compute, or fp32 master) has nothing to copy; a follower trainer (samplers None) joins the
+    gathers only."""
+    if any(getattr(samplers, "model", None) is m for m in (policy.logprobs.model, policy.model)):  # its own module
         return samplers.update_weights(None, version)
     plan = weight_plan(policy.model, bucket_bytes, dtype)
     flats = weight_buckets(policy.model, plan, dtype)

@@ -18,7 +18,6 @@ An ablation, resuming a run, fitting its scaling curve:
     python train.py config/loo_dapo.py; python train.py --init_from=resume; python fit_curve.py out/log.jsonl
 """
 
-import copy
 import json
 import math
 import os
@@ -37,7 +36,7 @@ import distributed
 import loss as L
 import memory
 import sandbox
-from policy import add_grads, copy_weights, load_policy, push_weights, sync_grads
+from policy import add_grads, copy_weights, load_policy, push_weights, sampler_module, sync_grads
 from sample import TorchSampler, VLLMSampler
 from scheduler import Rollouts
 
@@ -286,10 +285,9 @@ def train_step(policy, groups, step, pad_id):
 
 @torch.no_grad()
 def evaluate(samplers, rollouts, task, layout, policy, pad_id):
-    """Pass rate on the held-out prompts x eval_samples, overall and per domain, sampled like training (the paper's
-    mean@16 is sampled) but always under interruption (one protocol for every length_control, ours), on the training
-    samplers (unfinished training groups decode on, wait in `rollouts`, and count in the tokens returned); and, as no
-    weights change meanwhile, the sampler/trainer mismatch without staleness, on 8 groups (an unsharded trainer)."""
+    """Pass rate on the held-out prompts x eval_samples, overall and per domain, sampled like training (mean@16 is sampled)
+    under interruption whatever length_control (one protocol, ours), on the training samplers (their groups decode on,
+    wait in `rollouts`, count in the tokens returned); with no update meanwhile, the mismatch without staleness."""
     started = time.time()
     for i, prompt in enumerate(task.val_prompts):
         samplers.add(("val", i), prompt.input_ids, eval_samples, (think_budget_min, think_budget_max))
@@ -314,9 +312,12 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
             f"{kind}{d}" for kind in ("correct", "total") for d in [""] + [f"_{d}" for d in task.domains])})
     result = dict(val_reward=counts["correct"] / counts["total"], val_seconds=time.time() - started)
     if groups and not policy.sharded:  # (a data-parallel rank may hold no held-out prompt)
-        ids, _, behaviour, mask, _, _ = (t.to(next(policy.model.parameters()).device) for t in collate(
-            groups[:8], torch.zeros(8, eval_samples), pad_id))
-        result.update(L.sampler_mismatch(policy.logprobs(ids, temperature, fp32_head), behaviour, mask))
+        ids, lengths, behaviour, mask, _, _ = collate(groups[:8], torch.zeros(8, eval_samples), pad_id)
+        rows = micro_batches(lengths, 0, 1)[0]  # one forward within the trainer's caps (GPUs: 16k tokens)
+        T, device = int(lengths[rows].max()), next(policy.model.parameters()).device
+        mb = lambda x: x[rows, :T - 1].to(device)
+        result.update(L.sampler_mismatch(policy.logprobs(ids[rows, :T].to(device), temperature, fp32_head), mb(behaviour),
+                                         mb(mask)))
     if len(task.domains) > 1:
         result.update({f"val_reward_{d}": counts[f"correct_{d}"] / max(counts[f"total_{d}"], 1) for d in task.domains})
     return result, tokens - val_tokens
@@ -351,9 +352,8 @@ def make_sampler(path, task, layout, version, max_len, vllm_share, policy=None):
                  max_new_tokens=think_budget_max + answer_budget)
     if sampler == "torch":
         from transformers import AutoModelForCausalLM
-        module = policy.logprobs.model if policy and sampler_dtype == dtype else copy.deepcopy(policy.model).to(
-            getattr(torch, sampler_dtype)).eval() if policy else AutoModelForCausalLM.from_pretrained(
-            path, dtype=getattr(torch, sampler_dtype)).to(layout.device).eval()  # own copy: push_weights updates it
+        module = sampler_module(policy, getattr(torch, sampler_dtype)) if policy else \
+            AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, sampler_dtype)).to(layout.device).eval()
         handle = TorchSampler(module, **knobs)
     else:
         budget = dict(gpu_memory_utilization=vllm_share) if device == "cuda" else dict(kv_cache_memory_bytes=1 << 30)
