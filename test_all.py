@@ -462,6 +462,17 @@ def read_train_log(out_dir):
     return lines[1:]
 
 
+def assert_tokens_counted_once(out_dir, rows):
+    """`tokens` (behind `flops`) counts each generated token once: at least what was trained, at most that plus what
+    was still in flight at the end, (max_lag + 1) P groups of G at most. A counter not reset after each step counted
+    every step's tokens again at each later step up to the next validation (the first study's flops, ~3x)."""
+    with open(os.path.join(out_dir, "log.jsonl")) as f:
+        c = json.loads(f.readline())["config"]
+    trained = sum(r["completion_tokens"] for r in rows[1:])
+    in_flight = (c["max_lag"] + 1) * c["prompts_per_step"] * c["samples_per_prompt"] * (c["think_budget_max"] + c["answer_budget"])
+    assert 0.9 * trained <= rows[-1]["tokens"] <= trained + in_flight, (trained, in_flight, rows[-1]["tokens"])
+
+
 @pytest.fixture
 def train_config(monkeypatch):
     """train.py's config constants, restored after the test (configure() writes them)."""
@@ -2824,7 +2835,7 @@ def test_pipeline_rl_run_learns_keeps_lag_within_k_and_updates_weights_in_flight
     assert late > early + 0.3, (early, late)  # measured: about -0.45 -> -0.12
     assert rows[-1]["val_reward"] > rows[0]["val_reward"] + 0.08  # measured: 0.256 -> 0.419 on 40 prompts x 4
     assert rows[-1]["gpu_hours"] > rows[15]["gpu_hours"] > 0 and rows[-1]["flops"] > rows[15]["flops"]
-    assert rows[-1]["tokens"] >= 0.9 * sum(r["completion_tokens"] for r in rows[1:])  # every generated token counted
+    assert_tokens_counted_once(out, rows)
     from transformers import AutoModelForCausalLM  # the checkpoint is a plain Hugging Face directory
     assert AutoModelForCausalLM.from_pretrained(str(out / "ckpt")).num_parameters() > 0
 
@@ -2839,6 +2850,10 @@ def test_ppo_off_policy_takes_k_steps_per_generation_round(tiny_model_dir, tmp_p
     assert [r["policy_lag_max"] for r in rows] == [0, 1, 2] * 3
     assert [r["policy_lag_mean"] for r in rows] == [0, 1, 2] * 3
     assert all(r["inflight_update_frac"] == 0 for r in rows)
+    # a round's tokens are counted once, at its first step, and match what the round trained
+    grown = [b["tokens"] - a["tokens"] for a, b in zip(read_train_log(out), rows)]
+    assert all(g > 0 for g in grown[::3]) and not any(grown[1::3] + grown[2::3]), grown
+    assert_tokens_counted_once(out, read_train_log(out))
 
 
 @pytest.mark.slow
@@ -3235,8 +3250,7 @@ def test_multi_process_layouts_sample_with_the_trainers_weights_keep_lag_within_
     fresh = [r["logprob_mismatch_lag0"] for r in rows if "logprob_mismatch_lag0" in r]
     assert fresh == [] if nproc == 3 else (len(fresh) == 3 and max(fresh) < 1e-4), fresh
     assert rows[-1]["gpu_hours"] * 3600 > nproc * sum(r["step_time"] for r in rows[1:])  # wall x processes
-    # every rank's generated tokens are counted (data parallel: all-reduced), at least what was trained
-    assert rows[-1]["tokens"] >= 0.9 * sum(r["completion_tokens"] for r in rows[1:])
+    assert_tokens_counted_once(out, rows)  # every rank's generated tokens, once (data parallel: all-reduced)
     result = torchrun(nproc, out, *args, "--max_steps=12", "--init_from=resume")  # the layout resumes too
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_train_log(out)

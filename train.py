@@ -489,8 +489,8 @@ if __name__ == "__main__":
         # push the weights into every sampler, in flight
         push_weights(policy, samplers, step, getattr(torch, sampler_dtype), weight_bucket_mb << 20)
         # count, checkpoint (before a validation that may take hours), evaluate, log
-        counters["tokens"] += generated
         counters["flops"] += 2 * n_params * generated + 6 * n_params * stats["trained_tokens"]  # ~2N / ~6N a token
+        counters["tokens"], generated = counters["tokens"] + generated, 0  # once; validation's decoding counts next
         counters["train_seconds"] += time.time() - segment_start  # wall time of sampling + training
         counters["cpu_seconds"] = time.process_time() - cpu_start
         row = dict(step=step, gpu_hours=counters["train_seconds"] * layout.world / 3600, flops=counters["flops"], tokens=
