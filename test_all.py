@@ -3090,6 +3090,23 @@ def test_the_loo_study_power_and_pooled_sd_match_hand_computed_values():
     assert loo.pooled_sd([[0.9], [0.8]]) is None  # one seed an arm: no spread to measure
 
 
+def test_the_loo_study_recounts_tokens_and_flops_of_logs_from_before_the_counter_fix():
+    loo = load_script("benchmarks/loo_study.py", "loo_study")
+    # N = 10 parameters, 10 trained tokens a step (60 FLOPs each side: 6N x 10 = 600). The steps generated 100, 50,
+    # then 30 (decoded during step 2's validation) + 20, then a resume, 40 and 5 tokens. The old counter carried its
+    # count on until a validation (after step 2) or a new process (step 4): it logged 100, 250, 300, 340, 385.
+    rows = [dict(step=0, tokens=0, flops=0, time=0, val_reward=0.2)]
+    for step, logged, generated, time in [(1, 100, 100, 1), (2, 250, 150, 2), (3, 300, 50, 3), (4, 340, 40, 1),
+                                          (5, 385, 45, 2)]:
+        rows.append(dict(step=step, tokens=logged, flops=rows[-1]["flops"] + 2 * 10 * generated + 600, time=time))
+    rows[2]["val_reward"] = 0.3
+    lines = loo.recount([dict(config={}, n_params=10)] + rows)
+    assert [r["tokens"] for r in lines[1:]] == [0, 100, 150, 200, 240, 245]
+    assert [r["flops"] for r in lines[1:]] == [0, 2600, 4200, 5800, 7200, 7900]  # 2N x tokens + 600 a step
+    assert [r["tokens_as_logged"] for r in lines[1:]] == [0, 100, 250, 300, 340, 385]
+    assert loo.recount(lines) == lines  # once only
+
+
 # =============================================================================
 # distributed.py
 

@@ -170,6 +170,26 @@ def run(config, seed, out, settings):
 # -----------------------------------------------------------------------------
 # reading the runs back
 
+def recount(lines):
+    """A log written before 09847fd -> the same log with `tokens` and `flops` counted as train.py now counts them.
+    train.py did not reset its count of generated tokens after a step, so row i's `tokens` grew by every step's
+    tokens since the last validation (which restarted the count) or the last resume: a step's own tokens are its
+    growth less the previous row's, unless that row was a validation, step 0 or the resume point. The values as
+    logged stay in `tokens_as_logged` and `flops_as_logged`; a log recounted before is returned as it is."""
+    header, rows = lines[0], lines[1:]
+    if any("tokens_as_logged" in r for r in rows):
+        return lines
+    n, fixed, out = header["n_params"], dict(tokens=0.0, flops=0.0), [header]
+    for i, r in enumerate(rows):
+        grown = {k: r[k] - rows[i - 1][k] for k in ("tokens", "flops")} if i else dict(tokens=r["tokens"], flops=r["flops"])
+        restarted = i and r["time"] < rows[i - 1]["time"]  # a resume: a new process, counting from 0
+        carried = 0 if i < 2 or restarted or "val_reward" in rows[i - 1] else rows[i - 1]["tokens"] - rows[i - 2]["tokens"]
+        fixed = dict(tokens=fixed["tokens"] + grown["tokens"] - carried, flops=fixed["flops"] + grown["flops"] - 2 * n * carried)
+        out.append(dict(r, tokens=round(fixed["tokens"]), flops=fixed["flops"], tokens_as_logged=r["tokens"],
+                        flops_as_logged=r["flops"]))
+    return out
+
+
 def process_total(values):
     """A counter that restarts with each process (train.py's `time`, per resume) -> its total: each process's last
     value, summed. A counter carried over the resume never falls and gives its last value."""
@@ -392,6 +412,8 @@ if __name__ == "__main__":
     parser.add_argument("--quick", action="store_true", help="2 configs x 1 seed x 12 steps, into a temporary dir")
     parser.add_argument("--report", action="store_true", help="only the report, from the runs already there")
     parser.add_argument("--workers", type=int, default=2, help="runs at a time")
+    parser.add_argument("--recount", action="store_true", help="first rewrite the logs of runs made before 09847fd "
+                        "with tokens and flops counted once (see recount()); their logged values are kept beside")
     args = parser.parse_args()
     if args.quick and args.report:
         parser.error("--quick runs into a new temporary dir: there is nothing there to report on")
@@ -412,5 +434,11 @@ if __name__ == "__main__":
             os.makedirs(os.path.dirname(out), exist_ok=True)
         with ThreadPoolExecutor(args.workers) as pool:
             list(pool.map(lambda job: run(*job, settings), jobs))
+    for log in [os.path.join(study_dir, n, f"seed{k}", "log.jsonl") for n in names for k in seeds] if args.recount else []:
+        with open(log) as f:
+            lines = recount([json.loads(line) for line in f])
+        with open(log + ".tmp", "w") as f:
+            f.write("".join(json.dumps(line) + "\n" for line in lines))
+        os.replace(log + ".tmp", log)  # whole or not at all
     report(study_dir, names, seeds, doc_dir, settings)
     print(f"report: {doc_dir}/table.md and {os.path.dirname(doc_dir)}/loo_study.png")
