@@ -2845,15 +2845,16 @@ def test_ppo_off_policy_takes_k_steps_per_generation_round(tiny_model_dir, tmp_p
     out = tmp_path / "run"
     result = run_train(out, "--off_policy=ppo", "--max_lag=3", "--max_steps=9", "--eval_interval=9")
     assert result.returncode == 0, result.stderr[-3000:]
-    rows = read_train_log(out)[1:]
+    logged = read_train_log(out)
+    rows = logged[1:]
     # one policy generates 3 x P prompts, then 3 steps train on them: lag 0, 1, 2, and again
     assert [r["policy_lag_max"] for r in rows] == [0, 1, 2] * 3
     assert [r["policy_lag_mean"] for r in rows] == [0, 1, 2] * 3
     assert all(r["inflight_update_frac"] == 0 for r in rows)
     # a round's tokens are counted once, at its first step, and match what the round trained
-    grown = [b["tokens"] - a["tokens"] for a, b in zip(read_train_log(out), rows)]
+    grown = [b["tokens"] - a["tokens"] for a, b in zip(logged, rows)]
     assert all(g > 0 for g in grown[::3]) and not any(grown[1::3] + grown[2::3]), grown
-    assert_tokens_counted_once(out, read_train_log(out))
+    assert_tokens_counted_once(out, logged)
 
 
 @pytest.mark.slow

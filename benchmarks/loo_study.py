@@ -179,14 +179,15 @@ def recount(lines):
     header, rows = lines[0], lines[1:]
     if any("tokens_as_logged" in r for r in rows):
         return lines
-    n, fixed, out = header["n_params"], dict(tokens=0.0, flops=0.0), [header]
-    for i, r in enumerate(rows):
-        grown = {k: r[k] - rows[i - 1][k] for k in ("tokens", "flops")} if i else dict(tokens=r["tokens"], flops=r["flops"])
-        restarted = i and r["time"] < rows[i - 1]["time"]  # a resume: a new process, counting from 0
-        carried = 0 if i < 2 or restarted or "val_reward" in rows[i - 1] else rows[i - 1]["tokens"] - rows[i - 2]["tokens"]
-        fixed = dict(tokens=fixed["tokens"] + grown["tokens"] - carried, flops=fixed["flops"] + grown["flops"] - 2 * n * carried)
-        out.append(dict(r, tokens=round(fixed["tokens"]), flops=fixed["flops"], tokens_as_logged=r["tokens"],
-                        flops_as_logged=r["flops"]))
+    n, out, before, carried = header["n_params"], [header], dict(tokens=0, flops=0.0, time=0.0), 0
+    tokens, flops = 0, 0.0  # counted once
+    for r in rows:
+        carried = 0 if r["time"] < before["time"] else carried  # a resume: a new process, counting from 0
+        tokens += r["tokens"] - before["tokens"] - carried
+        flops += r["flops"] - before["flops"] - 2 * n * carried
+        out.append(dict(r, tokens=tokens, flops=flops, tokens_as_logged=r["tokens"], flops_as_logged=r["flops"]))
+        carried = 0 if "val_reward" in r else r["tokens"] - before["tokens"]  # the old count, carried to the next row
+        before = r
     return out
 
 
