@@ -14,9 +14,7 @@ tagged by letters, the running sum mod 10 after each, then the last: a3b0c2d1e2 
 Its budgets cut no correct chain (a chain of n numbers ends with '</think>' as completion token 2n + 2, 42 at
 most), so the interruption acts only on runaway chains, as the paper's 10-12k of thinking does.
 
-Rewards are +1 / -1 (ScaleRL) on the text after the last </think>; on all of it when no thinking was opened
-(models that do not think); -1 when thinking was opened, by the prompt (some chat templates end in <think>)
-or the completion, and never closed: an answer inside unfinished reasoning earns nothing.
+The rewards of every domain are rewards.py's.
 """
 import ast
 import json
@@ -25,10 +23,8 @@ import os
 import random
 import re
 import sys
-import threading
 from collections import defaultdict, namedtuple
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -176,63 +172,6 @@ def jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_fiel
                                   domain=domain, code=row["code"], opens_thinking=fed.rfind(THINK_START) > fed.rfind(THINK_END)))
         train, val = train + prompts[n_val:], val + prompts[:n_val]
     return train, val
-
-# -----------------------------------------------------------------------------
-# rewards: +1 / -1
-
-def scored_text(prompt, completion_text):
-    """What a completion is scored on: the text after its last </think>; all of it when no thinking was
-    opened; None when thinking was opened, by the prompt or the completion, and never closed."""
-    if THINK_END in completion_text:
-        return completion_text.rsplit(THINK_END, 1)[1].strip().removesuffix("<eos>").strip()
-    return None if prompt.opens_thinking or THINK_START in completion_text else completion_text
-
-
-@lru_cache(maxsize=100_000)
-def _parse_gold(answer, timeout):
-    from math_verify import parse
-    return parse(answer if "$" in answer or "\\boxed" in answer else f"${answer}$", parsing_timeout=timeout)
-
-
-FENCE = re.compile(r"^```[ \t]*([\w+-]*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
-
-
-def extract_program(prompt, completion_text):
-    """The program of a code completion: the last ```python (```py, ```python3 or bare ```) block of its
-    final answer, fences on their own lines; None when there is none."""
-    answer = scored_text(prompt, completion_text)
-    blocks = [body for lang, body in FENCE.findall(answer or "") if lang.lower() in ("", "python", "py", "python3")]
-    return blocks[-1] if blocks else None
-
-
-def reward(prompt, completion_text):
-    """+1.0 | -1.0 for one completion of a prompt of any domain. Built-in: the answer exactly. Math:
-    math-verify finds the reference in the final answer (\\boxed{...} or the last expression, compared
-    symbolically: \\frac{1}{2} == 0.5; its timeouts need the main thread's SIGALRM). Code: sandbox.py."""
-    answer = scored_text(prompt, completion_text)
-    if answer is None:
-        return -1.0
-    if prompt.code:
-        program = extract_program(prompt, completion_text)
-        return 1.0 if program is not None and sandbox.passes(program, **prompt.code) else -1.0
-    if prompt.domain == "builtin":  # the task is to think first: no '</think>', no answer
-        return 1.0 if THINK_END in completion_text and answer == prompt.answer else -1.0
-    from math_verify import parse, verify
-    timeout = 5 if threading.current_thread() is threading.main_thread() else None
-    try:
-        gold = _parse_gold(prompt.answer, timeout)
-        return 1.0 if verify(gold, parse(answer, parsing_timeout=timeout), timeout_seconds=timeout) else -1.0
-    except Exception:  # math-verify raises on some exotic inputs: count them as wrong
-        return -1.0
-
-
-def score(pairs):
-    """[(prompt, completion_text)] -> [+1.0 | -1.0]: the programs run in the sandbox's pool meanwhile."""
-    programs = [extract_program(p, text) if p.code else None for p, text in pairs]
-    passed = sandbox.score_many([dict(program=program, **p.code) for (p, _), program in zip(pairs, programs)
-                                 if program is not None])  # started: they run while the rest is scored here
-    rewards = [None if program is not None else reward(p, text) for (p, text), program in zip(pairs, programs)]
-    return [(1.0 if next(passed) else -1.0) if r is None else r for r in rewards]
 
 # -----------------------------------------------------------------------------
 # loading a task: tokenizer, datasets, split

@@ -37,6 +37,7 @@ import fit_curve
 import loss as L
 import memory
 import policy as P
+import rewards
 import sandbox
 import scheduler
 from data import DataError, INTERRUPT_PHRASE, Prompt
@@ -930,15 +931,15 @@ def test_unknown_loss_is_rejected():
 
 def test_builtin_checker_scores_right_wrong_and_malformed_answers():
     p = builtin_prompt("8")
-    assert data.reward(p, "<think>a3b3c5d6e8</think>8") == 1.0
-    assert data.reward(p, "<think>a3b3c5d6e8</think> 8\n") == 1.0       # whitespace is not the answer
-    assert data.reward(p, "<think>a3b3c5d6e8</think>8<eos>") == 1.0    # decoded with special tokens
-    assert data.reward(p, "<think>a3b3c5d6e7</think>7") == -1.0        # wrong
-    assert data.reward(p, "<think>a3b3c5d6e8</think>88") == -1.0       # not exactly the answer
-    assert data.reward(p, "<think>a3b3c5d6e8</think>") == -1.0         # no answer
-    assert data.reward(p, "<think>a3b3c5d6e8 8") == -1.0               # never closed its thinking
-    assert data.reward(p, "") == -1.0
-    assert data.reward(p, "<think>a3b3c5" + INTERRUPT_PHRASE + "8") == 1.0  # answered after interruption
+    assert rewards.reward(p, "<think>a3b3c5d6e8</think>8") == 1.0
+    assert rewards.reward(p, "<think>a3b3c5d6e8</think> 8\n") == 1.0       # whitespace is not the answer
+    assert rewards.reward(p, "<think>a3b3c5d6e8</think>8<eos>") == 1.0    # decoded with special tokens
+    assert rewards.reward(p, "<think>a3b3c5d6e7</think>7") == -1.0        # wrong
+    assert rewards.reward(p, "<think>a3b3c5d6e8</think>88") == -1.0       # not exactly the answer
+    assert rewards.reward(p, "<think>a3b3c5d6e8</think>") == -1.0         # no answer
+    assert rewards.reward(p, "<think>a3b3c5d6e8 8") == -1.0               # never closed its thinking
+    assert rewards.reward(p, "") == -1.0
+    assert rewards.reward(p, "<think>a3b3c5" + INTERRUPT_PHRASE + "8") == 1.0  # answered after interruption
 
 
 def test_clean_teacher_demonstrations_are_rewarded_and_interrupted_ones_end_with_the_phrase():
@@ -948,22 +949,84 @@ def test_clean_teacher_demonstrations_are_rewarded_and_interrupted_ones_end_with
         text, answer, terms = data.make_problem(rng, **data.TINY_TASK)
         assert text[0] == "a" and len(terms) == len(text) // 2
         thinking, forced, final = tiny.teacher_completion(terms, rng, slip=0.0)
-        assert forced == "" and data.reward(Prompt("", text, [], answer, domain="builtin"), thinking + final) == 1.0
+        assert forced == "" and rewards.reward(Prompt("", text, [], answer, domain="builtin"), thinking + final) == 1.0
         cut = rng.randint(1, 2 * len(terms))
         thinking, forced, final = tiny.teacher_completion(terms, rng, slip=0.0, cut=cut)
         assert forced == INTERRUPT_PHRASE and len(thinking) == len("<think>") + cut
     assert tiny.teacher_completion([3, 0, 2], rng, cut=3) == ("<think>a3b", INTERRUPT_PHRASE, "3")
 
 
-def test_math_verify_reward_accepts_equivalent_forms_and_ignores_the_thinking():
+# (gold, final answer, reward): the honest formats that must pass, beside the cheats that must earn nothing
+MATH_TABLE = [
+    # numeric gold, honest formatting
+    ("72", "72", 1), ("72", "\\boxed{72}", 1), ("72", "The answer is 72.", 1), ("72", "**72**", 1),
+    ("72", "Answer: 72", 1), ("72", "#### 72", 1), ("72", "So she sold 48 + 24 = 72 clips.", 1),
+    ("72", "She sold 72 clips altogether in April and May.", 1), ("1000", "$1,000", 1), ("1000", "1000 dollars", 1),
+    ("1000", "\\boxed{\\$1,000}", 1), ("6", "6.0", 1), ("0.5", "0.50", 1), ("0.5", "$\\frac{1}{2}$", 1),
+    ("-3", "-3", 1), ("-3", "\u22123", 1), ("42", "42%", 1), ("42%", "42", 1), ("18", "The answer is: $18.", 1),
+    ("56", "The answer is 5. Actually 56.", 1), ("3/4", "\\boxed{\\dfrac{3}{4}}", 1), ("0.75", "3/4", 1),
+    ("12", "\\boxed{12} (twelve)", 1), ("90", "90^\\circ", 1), ("5", "\\text{5 apples}", 1),
+    # numeric gold: unevaluated arithmetic
+    ("6", "12/2", -1), ("12", "3*4", -1), ("4", "2+2", -1), ("6", "(3+3)", -1), ("6", "6/1", -1),
+    ("6", "\\frac{12}{2}", -1), ("8", "2^3", -1), ("6", "$\\sqrt{36}$", -1), ("6", "$3!$", -1),
+    ("6", "\\boxed{2 \\times 3}", -1), ("1000", "10^3", -1), ("56", "7 * 8", -1), ("6", "12 / 2 =", -1),
+    ("6", "The answer is 12 / 2 =", -1), ("6", "2x3", -1), ("9", "3**2", -1), ("2", "5 - 3", -1), ("2", "5-3", -1),
+    ("0.5", "\\frac{2}{4}", -1), ("6", "\\boxed{6 \\cdot 1}", -1),
+    # numeric gold: hedges and several answers
+    ("6", "5 or 6", -1), ("8", "5, 6, 7, 8", -1), ("100", ", ".join(map(str, range(101))), -1),
+    ("100", " ".join(map(str, range(101))), -1), ("6", "x = 5 or x = 6", -1), ("6", "The answer is 5. Or 6.", -1),
+    ("6", "\\boxed{5} \\boxed{6}", -1), ("6", "\\boxed{5 or 6}", -1), ("100", "0 ... 100", -1), ("6", "5 to 6", -1),
+    ("72", "\\boxed{72", -1), ("72", "seventy-two", -1), ("72", "", -1), ("72", "71", -1), ("6", "6 or 6.0", -1),
+    # symbolic gold: math-verify's equivalence, decimals exact, hedges and costly answers refused
+    ("\\frac{1}{2}", "\\boxed{0.5}", 1), ("\\frac{1}{2}", "\\boxed{\\frac12}", 1), ("\\frac{1}{2}", "0.4999999", -1),
+    ("2\\sqrt{2}", "\\boxed{\\sqrt{8}}", 1), ("2\\sqrt{3}", "3.4641016", -1),
+    ("\\frac{\\sqrt{3}}{2}", "$0.5\\sqrt{3}$", 1), ("\\frac{\\sqrt{3}}{2}", "$0.4999999\\sqrt{3}$", -1),
+    ("(0, 1]", "The answer is $(0,1]$.", 1), ("\\{1, 2\\}", "\\boxed{\\{2, 1\\}}", 1), ("\\pi", "$\\pi$", 1),
+    ("\\pi", "$\\pi$ or $2\\pi$", -1), ("x^2+1", "\\boxed{1 + x^2}", 1), ("x^2+1", "\\boxed{x^2+2}", -1),
+    ("2\\sqrt{3}", "\\boxed{9**9**9**9}", -1), ("2\\sqrt{3}", "\\boxed{10^{10^{10^{10}}}}", -1),
+    ("2\\sqrt{3}", "\\boxed{2**(2**64)}", -1), ("2\\sqrt{3}", "\\boxed{" + "(" * 2000 + "1" + ")" * 2000 + "}", -1),
+    ("2\\sqrt{3}", "\\boxed{2^{1000}}", -1), ("2\\sqrt{3}", "\\boxed{1000!}", -1),
+    # the last few hundred characters hold the answer: a box far before them does not count
+    ("7", "\\boxed{7}" + " and so on" * 60, -1),
+]
+
+
+@pytest.mark.parametrize("gold, answer, expected", MATH_TABLE)
+def test_math_rewards_pay_for_a_solved_problem_only(gold, answer, expected):
+    prompt = Prompt("x:1", "", [], gold, domain="math")
+    assert rewards.reward(prompt, "<think>12 / 2 = 6, or 5? \\boxed{6}</think>" + answer) == expected
+    assert rewards.reward(prompt, answer) == expected  # no thinking: all of it is scored
+
+
+def test_math_rewards_are_the_same_in_a_worker_thread_and_numeric_gold_never_reaches_sympy():
+    from concurrent.futures import ThreadPoolExecutor
+    rewards.verified.cache_clear()
+    numeric = [(g, a, e) for g, a, e in MATH_TABLE if rewards.numeric_gold(g) is not None]
+    assert len(numeric) > 50 and [rewards.math_reward(g, a) for g, a, _ in numeric] == [e for *_, e in numeric]
+    assert rewards.verified.cache_info().misses == 0  # GSM8K-style gold: pure Python, no math-verify
+    with ThreadPoolExecutor(1) as pool:  # off the main thread, where math-verify's own SIGALRM timeouts do nothing
+        assert list(pool.map(lambda case: rewards.math_reward(*case[:2]), MATH_TABLE)) == [e for *_, e in MATH_TABLE]
+
+
+def test_a_symbolic_answer_past_the_time_limit_is_minus_1_in_a_thread_and_the_worker_is_replaced(monkeypatch):
+    import threading
+    stuck = rewards.WORKER.replace("for line in sys.stdin:", "for line in sys.stdin:\n    if 'x' in line:\n"
+                                   "        import time; time.sleep(3600)")
+    monkeypatch.setattr(rewards, "WORKER", stuck)
+    verifier, out = rewards.Verifier(), []
+    thread = threading.Thread(target=lambda: out.append([verifier("$x$", "$x$", 0.5), verifier("$2$", "$2$", 60)]))
+    thread.start()
+    thread.join(timeout=120)  # a hang guard only
+    assert out == [[False, True]]  # the stuck one is -1, killed, and a fresh worker answers the next
+    verifier.stop()
+
+
+def test_the_thinking_is_never_scored():
     half = Prompt("x:1", "What is half of 1?", [], "\\frac{1}{2}")
-    assert data.reward(half, "<think>1/2 = 0.5</think>The answer is \\boxed{0.5}") == 1.0
-    assert data.reward(half, "<think>hmm</think>\\boxed{\\frac12}") == 1.0
-    assert data.reward(Prompt("x:2", "", [], "0.5"), "</think>$\\frac{1}{2}$") == 1.0
-    assert data.reward(half, "<think>\\boxed{\\frac{1}{2}}</think>\\boxed{3}") == -1.0  # only the answer counts
-    assert data.reward(half, "<think>\\boxed{\\frac{1}{2}}" + INTERRUPT_PHRASE) == -1.0  # no answer written
-    assert data.reward(half, "no idea") == -1.0
-    assert data.reward(Prompt("x:3", "", [], "2\\sqrt{2}"), "\\boxed{\\sqrt{8}}") == 1.0  # no thinking: all of it
+    assert rewards.reward(half, "<think>1/2 = 0.5</think>The answer is \\boxed{0.5}") == 1.0
+    assert rewards.reward(half, "<think>\\boxed{\\frac{1}{2}}</think>\\boxed{3}") == -1.0  # only the answer counts
+    assert rewards.reward(half, "<think>\\boxed{\\frac{1}{2}}" + INTERRUPT_PHRASE) == -1.0  # no answer written
+    assert rewards.reward(half, "no idea") == -1.0
 
 
 def test_builtin_split_is_disjoint_and_deterministic(tiny_model_dir):
@@ -992,7 +1055,7 @@ def test_jsonl_split_is_disjoint_and_deterministic_and_uses_math_verify(tiny_mod
     assert len(data.load_task(EXAMPLE, tiny_model_dir, 5, 8, seed=0)[0]) == 5  # n_train is "at most"
     p = next(p for p in train + val if p.answer == "\\frac{1}{2}")
     assert p.id.startswith("example_math.jsonl:") and p.input_ids
-    assert data.reward(p, "<think>...</think>\\boxed{0.5}") == 1.0 and data.reward(p, "</think>\\boxed{2}") == -1.0
+    assert rewards.reward(p, "<think>...</think>\\boxed{0.5}") == 1.0 and rewards.reward(p, "</think>\\boxed{2}") == -1.0
 
 
 def test_jsonl_prompts_go_through_the_chat_template_when_the_tokenizer_has_one(tiny_model_dir):
@@ -1367,22 +1430,22 @@ def test_the_expected_values_of_call_and_literal_assert_tests_never_enter_the_sa
 def test_the_program_is_the_last_python_block_of_the_final_answer():
     p = code_prompt()
     text = "<think>```python\nprint(0)\n```</think>Here:\n```python\nprint(1)\n```\nand\n```\nprint(2)\n```\n```cpp\nint x;\n```"
-    assert data.extract_program(p, text) == "print(2)\n"
-    assert data.extract_program(p, "</think>```py\nx = 1\n```") == "x = 1\n"
-    assert data.extract_program(p, "</think>no code here") is None
-    assert data.extract_program(p, "```python\nprint(3)\n```") == "print(3)\n"  # a model that does not think
-    assert data.extract_program(p, "<think>```python\nprint(3)\n```") is None    # unfinished thinking
+    assert rewards.extract_program(p, text) == "print(2)\n"
+    assert rewards.extract_program(p, "</think>```py\nx = 1\n```") == "x = 1\n"
+    assert rewards.extract_program(p, "</think>no code here") is None
+    assert rewards.extract_program(p, "```python\nprint(3)\n```") == "print(3)\n"  # a model that does not think
+    assert rewards.extract_program(p, "<think>```python\nprint(3)\n```") is None    # unfinished thinking
 
 
 def test_unclosed_thinking_scores_minus_one_in_every_domain():
     half = Prompt("x:1", "What is half of 1?", [], "\\frac{1}{2}", domain="m")
-    assert data.reward(half, "\\boxed{0.5}") == 1.0                          # no thinking: all of it
-    assert data.reward(half, "<think>so it is \\boxed{0.5}") == -1.0         # opened, never closed
+    assert rewards.reward(half, "\\boxed{0.5}") == 1.0                          # no thinking: all of it
+    assert rewards.reward(half, "<think>so it is \\boxed{0.5}") == -1.0         # opened, never closed
     opened = Prompt("x:1", "What is half of 1?", [], "\\frac{1}{2}", domain="m", opens_thinking=True)
-    assert data.reward(opened, "so it is \\boxed{0.5}") == -1.0              # the template opened it
-    assert data.reward(opened, "so it is</think>\\boxed{0.5}") == 1.0
-    assert data.reward(code_prompt(), "<think>```python\n" + ADD + "```") == -1.0
-    assert data.reward(code_prompt(), "<think>hm</think>```python\n" + ADD + "```") == 1.0
+    assert rewards.reward(opened, "so it is \\boxed{0.5}") == -1.0              # the template opened it
+    assert rewards.reward(opened, "so it is</think>\\boxed{0.5}") == 1.0
+    assert rewards.reward(code_prompt(), "<think>```python\n" + ADD + "```") == -1.0
+    assert rewards.reward(code_prompt(), "<think>hm</think>```python\n" + ADD + "```") == 1.0
 
 
 @pytest.mark.slow
@@ -1397,8 +1460,8 @@ def test_a_math_and_a_code_prompt_in_one_batch_get_the_right_rewards(tok):
              (math, "</think>\\boxed{54}"), (code, "</think>```python\ndef add(a, b):\n    return a - b\n```"),
              (code, "</think>no code"), (asserts, "</think>" + program), (code, "<think>" + program)]
     expected = [1.0, 1.0, -1.0, -1.0, -1.0, 1.0, -1.0]
-    assert data.score(pairs) == expected and [data.reward(p, text) for p, text in pairs] == expected
-    assert data.score(pairs[:1]) == [1.0] and data.score([]) == []
+    assert rewards.score(pairs) == expected and [rewards.reward(p, text) for p, text in pairs] == expected
+    assert rewards.score(pairs[:1]) == [1.0] and rewards.score([]) == []
 
 
 def test_several_datasets_keep_their_domains_and_hold_out_n_val_of_each(tok):
@@ -2603,7 +2666,7 @@ def test_validation_groups_come_back_from_collect_and_training_groups_wait_for_t
 def test_evaluate_counts_the_training_tokens_decoded_during_validation(train_config, monkeypatch):
     train_config.configure(["--eval_samples=2"])
     prompts = [Prompt(f"v{i}", "", [1, 2], "0", domain=d) for i, d in enumerate(["math", "code", "math"])]
-    monkeypatch.setattr(data, "score", lambda pairs: [1.0 if prompt.domain == "math" else -1.0 for prompt, _ in pairs])
+    monkeypatch.setattr(rewards, "score", lambda pairs, timeout: [1.0 if p.domain == "math" else -1.0 for p, _ in pairs])
     task = data.Task(prompts, prompts, tiny.build_tokenizer(), {1}, ["code", "math"])
     rollouts = scheduler.Rollouts(data.Curriculum(3), prompts, 2, 1, 1, "pipeline")
     samplers = FakeSamplers(1, 64, lambda t: 10)  # training groups: 10 steps; validation groups: 3
@@ -2662,8 +2725,9 @@ def test_loss_and_gradients_are_equal_with_and_without_activation_checkpointing_
     (reference, grads), *others = results.values()
     assert reference["loss"] != 0
     for stats, g in others:
-        assert abs(stats["loss"] - reference["loss"]) < 1e-6 and abs(stats["grad_norm"] - reference["grad_norm"]) < 1e-5
-        assert max((g[k] - grads[k]).abs().max().item() for k in grads) < 1e-6
+        assert abs(stats["loss"] - reference["loss"]) < 1e-6  # a norm of ~10 differs by fp32 summation order:
+        assert stats["grad_norm"] == pytest.approx(reference["grad_norm"], rel=1e-5)  # relative
+        assert max(((g[k] - grads[k]).abs().max() / grads[k].abs().max()).item() for k in grads) < 1e-5
 
 
 def test_bf16_compute_with_fp32_master_weights_moves_every_weight_at_lr_5e_7(tiny_model_dir, train_config):
@@ -2989,7 +3053,7 @@ def test_prepare_writes_smollm2_as_a_plain_tied_checkpoint_and_math_problems_wit
         assert len(lines) == rows and all(re.fullmatch(r"-?\d+(\.\d+)?", r["answer"]) for r in lines), name
     first = json.loads(open(os.path.join(smollm2, "gsm8k.jsonl")).readline())
     assert first["answer"] == "72" and first["problem"].startswith("Natalia sold clips to 48 of her friends")
-    assert data.reward(task.val_prompts[0], f"So the answer is {task.val_prompts[0].answer}.") == 1.0
+    assert rewards.reward(task.val_prompts[0], f"So the answer is {task.val_prompts[0].answer}.") == 1.0
 
 
 @pytest.mark.slow

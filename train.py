@@ -35,6 +35,7 @@ import data
 import distributed
 import loss as L
 import memory
+import rewards
 import sandbox
 from policy import add_grads, copy_weights, load_policy, push_weights, sampler_module, sync_grads
 from sample import TorchSampler, VLLMSampler
@@ -87,6 +88,7 @@ prompt_field = ""              # JSONL field of the problem; '' = "prompt" or "p
 answer_field = "answer"        # JSONL field of the reference answer (math rows)
 prompt_template = "{problem}"  # what the model is asked, {problem} replaced by a JSONL row's problem
 sandbox_unsafe = False         # code rewards without root and namespaces: programs run as you, reading what you can
+verify_timeout = rewards.TIMEOUT  # seconds math-verify may spend on one symbolic answer, in any thread (ours)
 n_train = 4000                 # training prompts: the built-in task draws this many; JSONL: at most, 0 = all
 n_val = 200                    # held-out validation prompts (paper: 1,000)
 seed = 0                       # the RL run: sampling and curriculum order (vary it for seed-to-seed spread)
@@ -121,6 +123,7 @@ RULES = dict(loss=("cispo", "dapo", "gspo", "grpo"), agg=("prompt", "sample", "t
              adv_norm=("batch", "prompt", "none"), off_policy=("pipeline", "ppo"), length_control=("interrupt", "penalty"),
              init_from=("scratch", "resume"), device=("cpu", "cuda"), **dict.fromkeys(["dtype", "sampler_dtype"],
              ("float32", "bfloat16")), sampler=("torch", "vllm"), samples_per_prompt=2, think_budget_min=1, rank_timeout=2.0,
+             verify_timeout=0.1,
              **dict.fromkeys("prompts_per_step max_lag answer_budget eval_interval eval_samples ckpt_interval "
                              "sampler_slots max_steps n_val weight_bucket_mb".split(), 1),
              **dict.fromkeys(["micro_batch", "micro_batch_tokens", "n_train"], 0))
@@ -158,14 +161,14 @@ def check_config():
 # the training step
 
 def reward_groups(groups, task, curriculum):
-    """Reward every completion (+1 / -1: the verifier or the sandbox, the batch at once, data.score) and keep
+    """Reward every completion (+1 / -1: the verifier or the sandbox, the batch at once, rewards.score) and keep
     the pass rate of the prompt's latest group for No-Positive-Resampling. 'penalty' adds DAPO's overlong
     penalty to correct answers: clip((L_max - |y|) / L_cache - 1, -1, 0), 0 up to L_max - L_cache, -1 at L_max."""
-    rewards = iter(data.score([(task.prompts[g.index], data.decode(task, c.token_ids))
-                               for g in groups for c in g.completions]))
+    scores = iter(rewards.score([(task.prompts[g.index], data.decode(task, c.token_ids))
+                                 for g in groups for c in g.completions], verify_timeout))
     L_max = think_budget_max + answer_budget
     for g in groups:
-        g.rewards = [next(rewards) for _ in g.completions]
+        g.rewards = [next(scores) for _ in g.completions]
         curriculum.update(g.index, sum(r > 0 for r in g.rewards) / len(g.rewards))
         if length_control == "penalty":
             g.rewards = [r + min(max((L_max - len(c.token_ids)) / penalty_cache - 1, -1.0), 0.0) if r > 0 else r
@@ -303,7 +306,7 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
                 groups.append(group)
                 bar.update()
     counts = defaultdict(float)
-    for (prompt, _), r in zip(pairs, data.score(pairs)):
+    for (prompt, _), r in zip(pairs, rewards.score(pairs, verify_timeout)):
         for key in ("", f"_{prompt.domain}"):
             counts["correct" + key] += r > 0
             counts["total" + key] += 1

@@ -31,7 +31,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import configurator  # noqa: E402
 from data import (INTERRUPT_PHRASE, LETTERS, THINK_END, THINK_START, TINY_ANSWER_BUDGET, TINY_TASK,
-                  TINY_THINK_BUDGET, DataError, decode, load_task, make_problem, score)  # noqa: E402
+                  TINY_THINK_BUDGET, DataError, decode, load_task, make_problem)  # noqa: E402
+from rewards import score  # noqa: E402
 from loss import token_logprobs  # noqa: E402
 
 TINY_MODEL = dict(hidden_size=96, num_hidden_layers=3, num_attention_heads=3,  # head_dim 32: vLLM CPU
