@@ -16,7 +16,6 @@ most), so the interruption acts only on runaway chains, as the paper's 10-12k of
 
 The rewards of every domain are rewards.py's.
 """
-import ast
 import json
 import math
 import os
@@ -101,19 +100,20 @@ def read_jsonl(path, prompt_field=None, answer_field="answer"):
                 raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
             where, has = f"{path}:{lineno}", f"(has: {', '.join(row) or 'none'})"
             field = prompt_field or ("prompt" if "prompt" in row else "problem")
-            is_code = answer_field not in row and ("tests" in row or "test" in row)
+            is_code = answer_field not in row and any(k in row for k in ("tests", "test", "test_list"))
             wanted = [(field, repr(field) if prompt_field else "'prompt' or 'problem'")]
             if not is_code:
                 wanted.append((answer_field, repr(answer_field) if answer_field in row else
-                               f"{answer_field!r} (math) or 'tests' / 'test' (code)"))
+                               f"{answer_field!r} (math) or 'tests' / 'test' / 'test_list' (code)"))
             for name, shown in wanted:
                 value = row.get(name)
                 if value is None or (isinstance(value, str) and not value.strip()):
                     raise DataError(f"{where}: missing field {shown} {has}")
             if not isinstance(row[field], str):
                 raise DataError(f"{where}: field {field!r} must be a string")
-            if answer_field in row and ("tests" in row or "test" in row):
-                raise DataError(f"{where}: both {answer_field!r} (math) and {'tests' if 'tests' in row else 'test'!r} (code); keep one")
+            code_field = next((k for k in ("tests", "test", "test_list") if k in row), None)
+            if answer_field in row and code_field:
+                raise DataError(f"{where}: both {answer_field!r} (math) and {code_field!r} (code); keep one")
             domain = row.get("domain", os.path.splitext(os.path.basename(path))[0])
             if "domain" in row and not (isinstance(domain, str) and re.fullmatch(r"[\w.-]+", domain)):
                 raise DataError(f"{where}: field 'domain' must be a name of letters, digits, '_', '.' or '-'")
@@ -127,29 +127,44 @@ def read_jsonl(path, prompt_field=None, answer_field="answer"):
 
 
 def code_tests(row, where):
-    """A code row's tests as sandbox.passes() keywords, or a DataError naming the field."""
+    """A code row's tests as sandbox.passes() keywords, or a DataError naming the field. Formats: "tests" (stdin/stdout,
+    or calls of "fn_name"); "test" (asserts, pytest's test_* functions, or HumanEval's check(candidate) with its
+    "entry_point"); MBPP's "test_list" with its "test_imports" and "test_setup_code", run before the asserts."""
     def require(ok, message):
         if not ok:
             raise DataError(f"{where}: field {message}")
-    if "test" in row:  # assert style
+    styles = [key for key in ("tests", "test", "test_list") if key in row]
+    require(len(styles) == 1, f"{' and '.join(map(repr, styles))}: give one of them")
+    if "tests" in row:
+        tests, fn_name = row["tests"], row.get("fn_name")
+        require(fn_name is None or (isinstance(fn_name, str) and fn_name.isidentifier()),
+                f"'fn_name' must be a Python identifier, got {fn_name!r}")
+        require(isinstance(tests, list) and tests, "'tests' must be a non-empty list of {\"input\": ..., \"output\": ...}")
+        for i, t in enumerate(tests):
+            require(isinstance(t, dict) and "input" in t and "output" in t,
+                    f"'tests[{i}]' must be an object with 'input' and 'output'")
+            require(fn_name or (isinstance(t["input"], str) and isinstance(t["output"], str)),
+                    f"'tests[{i}]': stdin/stdout tests take strings (arguments need 'fn_name')")
+            require(not fn_name or isinstance(t["input"], list),
+                    f"'tests[{i}].input' must be the list of arguments of {fn_name}()")
+        return dict(tests=tests, fn_name=fn_name) if fn_name else dict(tests=tests)
+    field, entry_point = styles[0], row.get("entry_point")
+    require("fn_name" not in row, f"{field!r} (asserts) cannot go with 'fn_name'")
+    if field == "test":
         test = row["test"]
-        require("tests" not in row and "fn_name" not in row, "'test' (asserts) cannot go with 'tests' or 'fn_name'")
         require(isinstance(test, str) and test.strip(), "'test' must be a non-empty string of Python asserts")
-        try:
-            ast.parse(test)
-        except SyntaxError as e:
-            raise DataError(f"{where}: field 'test' is not valid Python ({e.msg}, line {e.lineno})") from None
-        return dict(test=test)
-    tests, fn_name = row["tests"], row.get("fn_name")
-    require(fn_name is None or (isinstance(fn_name, str) and fn_name.isidentifier()),
-            f"'fn_name' must be a Python identifier, got {fn_name!r}")
-    require(isinstance(tests, list) and tests, "'tests' must be a non-empty list of {\"input\": ..., \"output\": ...}")
-    for i, t in enumerate(tests):
-        require(isinstance(t, dict) and "input" in t and "output" in t, f"'tests[{i}]' must be an object with 'input' and 'output'")
-        require(fn_name or (isinstance(t["input"], str) and isinstance(t["output"], str)),
-                f"'tests[{i}]': stdin/stdout tests take strings (arguments need 'fn_name')")
-        require(not fn_name or isinstance(t["input"], list), f"'tests[{i}].input' must be the list of arguments of {fn_name}()")
-    return dict(tests=tests, fn_name=fn_name) if fn_name else dict(tests=tests)
+    else:  # MBPP
+        parts = [row.get("test_imports") or [], [row.get("test_setup_code") or ""], row["test_list"]]
+        require(all(isinstance(p, list) and all(isinstance(x, str) for x in p) for p in parts) and row["test_list"],
+                "'test_list' (and 'test_imports') must be lists of strings of Python, 'test_setup_code' a string")
+        test = "\n".join(line for part in parts for line in part if line.strip())
+    try:
+        sandbox.assert_plan(test, entry_point)
+    except SyntaxError as e:
+        raise DataError(f"{where}: field {field!r} is not valid Python ({e.msg}, line {e.lineno})") from None
+    except ValueError as e:
+        raise DataError(f"{where}: field {field!r}: {e}") from None
+    return dict(test=test, entry_point=entry_point) if entry_point else dict(test=test)
 
 
 def jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_field, template):

@@ -16,9 +16,13 @@ sandbox_unsafe=True: programs then run as the trainer's user, with all that need
 
 Verdicts. stdin/stdout: a process per test; exit 0 in time and the expected output, whitespace-normalised. Calls and
 asserts: HARNESS runs the program, then answers requests (a value, a call) with Python literals in that process; the
-parent runs the test (trusted dataset code), each name it uses that the program defines (builtins excepted) standing
-for the program's: data as itself, a callable as a function calling it there, another object as a Handle. Call-style
-is `fn_name(*input) == output` as JSON. Nothing the program's process holds or prints can forge a pass.
+parent runs the test (trusted dataset code, its asserts kept under python -O), the names it takes from the program
+standing for the program's: data as itself, a callable as a function calling it there, another object as a Handle.
+Call-style is `fn_name(*input) == output` as JSON. Assert-style (assert_plan): HumanEval's check(candidate) is called
+with the entry point, pytest's test_* functions are called; the program supplies the entry point alone (none given:
+the names the test reads and never binds), never a builtin or a name the test imports; a StopIteration it raises is a
+failure. A test that would call nothing of the program is refused. Nothing the program's process holds or prints can
+forge a pass.
 """
 import ast
 import atexit
@@ -34,6 +38,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import symtable
 import sys
 import tempfile
 import threading
@@ -67,14 +72,20 @@ MACHINE = os.uname().machine
 # audit arch, pivot_root, [denied: socket, kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo, pidfd_send_signal,
 # ptrace, process_vm_readv, process_vm_writev, pidfd_getfd, process_madvise, setsid, setpgid, unshare, setns, add_key,
 # request_key, keyctl, shmget, semget, msgget, mq_open, bpf, perf_event_open, userfaultfd, io_uring_setup, setpriority,
-# ioprio_set], [pid 0 only: prlimit64, sched_setaffinity, sched_setscheduler, sched_setparam, sched_setattr,
-# migrate_pages, move_pages], (clone3, clone, fcntl, ioctl)
+# ioprio_set, flock, inotify_init1, inotify_add_watch, fanotify_init, fanotify_mark(, inotify_init)], [pid 0 only:
+# prlimit64, sched_setaffinity, sched_setscheduler, sched_setparam, sched_setattr, migrate_pages, move_pages], (clone3,
+# clone, fcntl, ioctl). Locks, leases and watches on the files every run shares would be a channel between runs.
 SYSCALLS = {"x86_64": (0xC000003E, 155, [41, 62, 200, 234, 129, 297, 424, 101, 310, 311, 438, 440, 112, 109, 272, 308,
-                                         248, 249, 250, 29, 64, 68, 240, 321, 298, 323, 425, 141, 251],
+                                         248, 249, 250, 29, 64, 68, 240, 321, 298, 323, 425, 141, 251, 73, 294,
+                                         254, 300, 301, 253],
                        [302, 203, 144, 142, 314, 256, 279], (435, 56, 72, 16)),
             "aarch64": (0xC00000B7, 41, [198, 129, 130, 131, 138, 240, 424, 117, 270, 271, 438, 440, 157, 154, 97, 268,
-                                         217, 218, 219, 194, 190, 186, 180, 280, 241, 282, 425, 140, 30],
+                                         217, 218, 219, 194, 190, 186, 180, 280, 241, 282, 425, 140, 30, 32, 26,
+                                         27, 262, 263],
                         [261, 122, 119, 118, 274, 238, 239], (435, 220, 25, 29))}
+
+FCNTL_DENIED = (8, 10, 15, 6, 7, 37, 38, 1024, 1026)  # F_SETOWN, F_SETSIG, F_SETOWN_EX; F_SETLK(W), F_OFD_SETLK(W),
+# F_SETLEASE, F_NOTIFY (record locks, leases and directory watches)
 
 
 def _seccomp_program():
@@ -87,7 +98,7 @@ def _seccomp_program():
     code = [(ld, 4), (jeq, arch, None, "no"), (ld, 0), (jge, 0x40000000, "no"), *[(jeq, n, "no") for n in denied],
             *[(jeq, n, "own") for n in own], (jeq, clone3, "nosys"), (jeq, clone, "clone"), (jeq, fcntl_, "fcntl"),
             (jeq, ioctl, "ioctl"), (ret, 0x7FFF0000), "clone", (ld, 16), (jset, NAMESPACES | 0x10000000 | 0x8000, "no"),
-            (ret, 0x7FFF0000), "fcntl", (ld, 24), *[(jeq, c, "no") for c in (8, 10, 15)], (ret, 0x7FFF0000),
+            (ret, 0x7FFF0000), "fcntl", (ld, 24), *[(jeq, c, "no") for c in FCNTL_DENIED], (ret, 0x7FFF0000),
             "ioctl", (ld, 24), (jeq, 0x8901, "no"), (jeq, 0x8902, "no"), (ret, 0x7FFF0000), "own", (ld, 16),
             (jeq, 0, None, "no"), (ret, 0x7FFF0000), "no", (ret, 0x50001), "nosys", (ret, 0x50026)]
     at = {c: sum(not isinstance(d, str) for d in code[:i]) for i, c in enumerate(code) if isinstance(c, str)}
@@ -367,9 +378,10 @@ def _value(process, request):
         raise ChildProcessError("the program's process died or did not answer in time")
     reply, _, process.stdout[:] = process.stdout.partition(b"\n")
     handle, is_callable, text = (reply.decode() + "  ").split(" ", 2)
-    if handle == "raised":
+    if handle == "raised":  # StopIteration would end the test's map() or generator early, as if all had passed
         error = getattr(builtins, is_callable, None)
-        raise error() if isinstance(error, type) and issubclass(error, Exception) else RuntimeError(is_callable)
+        plain = isinstance(error, type) and issubclass(error, Exception) and not issubclass(error, ENDS_ITERATION)
+        raise error() if plain else RuntimeError(f"the program raised {is_callable}")
     if is_callable == "1":
         return lambda *args, **kwargs: _value(process, ("call", int(handle), args, kwargs))
     try:
@@ -382,7 +394,7 @@ def as_json(value):  # what JSON makes of a value (tuples -> lists, sets -> sort
     return json.loads(json.dumps(value, default=sorted))
 
 
-def passes(program, tests=(), fn_name=None, test=None, timeout=TIMEOUT):
+def passes(program, tests=(), fn_name=None, test=None, entry_point=None, timeout=TIMEOUT):
     """True when the program passes every test (the module docstring says how each style is judged)."""
     try:
         if not tests and not test:
@@ -391,18 +403,88 @@ def passes(program, tests=(), fn_name=None, test=None, timeout=TIMEOUT):
             runs = (run(["-c", program], t["input"].encode(), timeout) for t in tests)  # lazily: the first fail ends it
             return all(r.returncode == 0 and r.stdout.decode(errors="replace").split() == t["output"].split()
                        for r, t in zip(runs, tests))
+        script, names = assert_plan(test, entry_point) if test is not None else (None, ())
         with Sandboxed(["-c", HARNESS, program], timeout) as process:
             if fn_name is not None:
                 function = _value(process, ("get", 0, fn_name))
                 return all(as_json(function(*t["input"])) == as_json(t["output"]) for t in tests)
             namespace = {}
-            for name in {n.id for n in ast.walk(ast.parse(test)) if isinstance(n, ast.Name)} - set(dir(builtins)):
-                with suppress(KeyError):  # not the program's: the test binds it, or fails on it
+            for name in names:
+                with suppress(KeyError):  # not the program's: the test fails on it
                     namespace[name] = _value(process, ("get", 0, name))
-            exec(compile(test, "<test>", "exec"), namespace)
+            exec(compile(script, "<test>", "exec", optimize=0), namespace)  # asserts run under python -O too
             return True
     except Exception:  # malformed tests, values that are not literals, a process that died, ...: a fail, never a crash
         return False
+
+
+ENDS_ITERATION = (StopIteration, StopAsyncIteration)
+STDLIB_NAMES = {n for m in ("collections", "fractions", "decimal", "functools") for n in dir(__import__(m))
+                if not n.startswith("_")} | {"isclose", "inf", "nan", "pi", "sqrt"}  # a test may mean these, unimported
+
+
+@lru_cache(maxsize=10_000)
+def assert_plan(test, entry_point=None):
+    """-> (the script an assert-style test runs, the names the program supplies it), or ValueError (one line) for a
+    test that would test nothing of the program. HumanEval's check(candidate) is called with the entry point and
+    pytest's test_* functions are called; the program supplies the entry point alone, or (none given) every name the
+    test reads but never binds, builtins aside; a standard module or a name it exports must be imported by the test."""
+    if entry_point is not None and not (isinstance(entry_point, str) and entry_point.isidentifier()):
+        raise ValueError(f"entry_point must be a Python identifier, got {entry_point!r}")
+    tree = ast.parse(test)
+    functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    called = {n.id for node in tree.body if node not in functions.values() for n in ast.walk(node)
+              if isinstance(n, ast.Name)}
+    calls = [f"check({entry_point})"] if "check" in functions and entry_point and "check" not in called else []
+    script = "\n".join([test, *calls, *(f"{name}()" for name in functions if name.startswith("test_")
+                                          and name not in called)])
+    free = _free_names(script)
+    if entry_point in _bound_names(script):
+        raise ValueError(f"the test defines the entry point {entry_point!r} itself")
+    for name in sorted(free - {entry_point}):
+        if name in sys.stdlib_module_names:
+            raise ValueError(f"the test uses the module {name!r} without importing it")
+        if entry_point is not None:
+            raise ValueError(f"the test uses {name!r}, which it never binds (only the entry point is the program's)")
+        if name in STDLIB_NAMES:
+            raise ValueError(f"the test uses {name!r} without importing it (or name the program's in entry_point)")
+    names = {entry_point} if entry_point else free
+    reached = _reached(ast.parse(script))
+    if not names & {n.id for n in reached if isinstance(n, ast.Name)}:
+        raise ValueError("the test calls no function of the program: it would pass a program that defines nothing")
+    if not any(isinstance(n, (ast.Assert, ast.Raise)) for n in reached):
+        raise ValueError("the test asserts nothing")
+    return script, tuple(sorted(names))
+
+
+def _bound_names(code):
+    return {s.get_name() for s in symtable.symtable(code, "<test>", "exec").get_symbols()
+            if s.is_assigned() or s.is_imported() or s.is_namespace()}
+
+
+def _free_names(code):
+    """The names code reads but never binds, in any of its scopes; builtins aside."""
+    tables, read = [symtable.symtable(code, "<test>", "exec")], set()
+    top = tables[0]
+    while tables:
+        table = tables.pop()
+        tables += table.get_children()
+        read |= {s.get_name() for s in table.get_symbols() if s.is_referenced() and (table is top or s.is_global())}
+    return read - _bound_names(code) - set(dir(builtins))
+
+
+def _reached(tree):
+    """The nodes of the code a script runs: its module level, and the top-level functions that code names (called,
+    or passed on: check(square) runs check), transitively."""
+    functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    todo, reached, seen = [n for n in tree.body if n not in functions.values()], [], set()
+    while todo:
+        for node in ast.walk(todo.pop()):
+            reached.append(node)
+            if isinstance(node, ast.Name) and node.id in functions and node.id not in seen:
+                seen.add(node.id)
+                todo.append(functions[node.id])
+    return reached
 
 
 _pool = lru_cache(maxsize=None)(lambda workers: ThreadPoolExecutor(workers, thread_name_prefix="sandbox"))

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections import deque
+from contextlib import suppress
 
 import numpy as np
 import pytest
@@ -136,9 +137,17 @@ ADD_TESTS = [dict(input="1 2\n", output="3"), dict(input="-5 5\n", output="0")]
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
 
 
+def verifier(pid):
+    """A math-verify worker of rewards.py's (a child of this process that outlives the tests that started it)."""
+    with suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+        return rewards.WORKER.encode() in f.read()
+    return False
+
+
 def sandbox_processes():
-    """Processes left over by sandboxes: any of a sandbox uid, or any child of this process."""
-    left = []
+    """Processes left over by this process's sandboxes: any of a uid its workers hold (pytest-xdist runs others beside),
+    or any child of this process but rewards.py's."""
+    left, uids = [], our_uids()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             uid = os.stat(f"/proc/{pid}").st_uid
@@ -146,7 +155,7 @@ def sandbox_processes():
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        if sandbox.FIRST_UID <= uid < sandbox.FIRST_UID + 10_000 or ppid == os.getpid():
+        if uid in uids or ppid == os.getpid() and not verifier(pid):
             left.append(pid)
     return left
 
@@ -1294,7 +1303,7 @@ def test_correct_programs_pass_in_all_three_styles_and_wrong_ones_fail():
 @pytest.mark.slow
 def test_every_example_code_problem_is_solved_by_its_reference_solution_and_not_by_a_wrong_one():
     rows = [json.loads(line) for line in open(EXAMPLE_CODE)]
-    assert len(rows) >= 30 and {"tests", "test", "fn_name"} <= set().union(*rows)
+    assert len(rows) >= 30 and {"tests", "test", "fn_name", "entry_point", "test_list"} <= set().union(*rows)
     specs = [data.code_tests(row, "example") for row in rows]
     assert all(list(sandbox.score_many([dict(spec, program=row["solution"]) for row, spec in zip(rows, specs)])))
     assert not any(list(sandbox.score_many([dict(spec, program="print(0)") for spec in specs])))
@@ -1427,6 +1436,115 @@ def test_the_expected_values_of_call_and_literal_assert_tests_never_enter_the_sa
     fails_in_time(HUNT, test=f"assert answer() == {secret!r} + ''")  # every assert runs here, none in there
 
 
+SQUARE_CHECK = "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(-3) == 9\n"
+# the formats users bring, as sandbox.passes() keywords (data.py turns rows into them): each must fail a program
+# that defines nothing and a wrong one, and pass the right one
+TEST_FORMATS = {
+    "humaneval": dict(test=SQUARE_CHECK, entry_point="square"),  # check(candidate) is called with the entry point
+    "humaneval, helpers in the test": dict(test="def helper(x):\n    return x * x\n\n" + SQUARE_CHECK.replace(
+        "candidate(2) == 4", "candidate(2) == helper(2)"), entry_point="square"),
+    "pytest": dict(test="def test_square():\n    assert square(2) == 4\n\ndef test_negative():\n    assert square(-3) == 9\n"),
+    "mbpp": dict(test="import math\nassert math.isclose(square(1.5), 2.25)\nassert square(2) == 4"),
+    "asserts": dict(test="assert square(2) == 4\nassert square(-3) == 9"),
+    "call": dict(fn_name="square", tests=[dict(input=[2], output=4), dict(input=[-3], output=9)]),
+    "stdin": dict(tests=[dict(input="2\n", output="4"), dict(input="-3\n", output="9")]),
+}
+SQUARES = dict(right="def square(x):\n    return x * x\n\ndef helper(x):\n    return x * x\n\n"
+                     "if __name__ == '__main__':\n    print(square(int(input())))\n",
+               nothing="pass", zero="def square(x):\n    return 0\n\ndef helper(x):\n    return 0\nprint(0)")
+
+
+@pytest.mark.parametrize("kind", TEST_FORMATS)
+def test_a_program_that_defines_nothing_fails_every_test_format_and_the_right_one_passes(kind):
+    assert [sandbox.passes(program, **TEST_FORMATS[kind]) for program in SQUARES.values()] == [True, False, False]
+
+
+# tests that test nothing of the program: refused when loaded (data.py), and a fail if run anyway
+TESTS_OF_NOTHING = [
+    (dict(test=SQUARE_CHECK), "calls no function of the program"),  # HumanEval's check without its entry point
+    (dict(test="assert sum([1, 2, 3]) == 6"), "calls no function of the program"),  # builtins only
+    (dict(test="x = square(2)"), "asserts nothing"),
+    (dict(test="def helper():\n    assert square(2) == 4\nassert len([1]) == 1"), "calls no function of the program"),
+    (dict(test="assert math.isclose(square(2), 4.0)"), "uses the module 'math' without importing it"),
+    (dict(test="assert Counter(square(2) for _ in 'ab') == Counter([4, 4])"), "uses 'Counter' without importing"),
+    (dict(test=SQUARE_CHECK.replace("== 4", "== helper(2)"), entry_point="square"), "uses 'helper', which it never"),
+    (dict(test="def square(x):\n    return 4\n" + SQUARE_CHECK, entry_point="square"), "defines the entry point"),
+    (dict(test=SQUARE_CHECK, entry_point="1x"), "entry_point"),
+]
+
+
+@pytest.mark.parametrize("code, message", TESTS_OF_NOTHING)
+def test_a_test_that_tests_nothing_of_the_program_is_refused_and_passes_nothing(code, message):
+    with pytest.raises(ValueError, match=message):
+        sandbox.assert_plan(code["test"], code.get("entry_point"))
+    cheats = ["pass", "import math, collections\nmath.isclose = lambda *a, **k: True\n"
+              "class Counter:\n    __eq__ = lambda self, other: True\n    __init__ = lambda self, *a: None\n"]
+    assert not any(sandbox.passes(cheat, **code) for cheat in cheats)
+
+
+SHADOW = ("import math\nmath.isclose = lambda *a, **k: True\nisclose = math.isclose\n"
+          "class Counter:\n    __eq__ = lambda self, other: True\n    __init__ = lambda self, *a: None\n"
+          "sum = len = sorted = lambda *a, **k: 4\ndef square(x):\n    return 0\n")  # names a test may use, faked
+
+
+def test_the_names_a_test_imports_or_binds_are_the_tests_never_the_programs():
+    shadow = SHADOW
+    assert not sandbox.passes(shadow, test="import math\nassert math.isclose(square(2), 4.0)")
+    assert not sandbox.passes(shadow, test="from collections import Counter\nassert Counter([square(2)]) == Counter([4])")
+    assert not sandbox.passes(shadow, test="from math import isclose\nassert isclose(square(2), 4.0)")
+    assert not sandbox.passes(shadow, test="assert sum([square(2), 0]) == 4 and len([square(1)]) == 1")
+    right = "def square(x):\n    return x * x\n"
+    assert sandbox.passes(right, test="from collections import Counter\nassert Counter([square(2)]) == Counter([4])")
+
+
+def test_stop_iteration_or_base_exceptions_from_the_program_are_failures_not_an_early_end():
+    for raised in ("StopIteration", "StopAsyncIteration", "GeneratorExit", "KeyboardInterrupt", "SystemExit"):
+        program = f"def is_even(n):\n    raise {raised}\n"
+        assert not sandbox.passes(program, test="assert all(map(is_even, [1, 3, 5]))"), raised
+        assert not sandbox.passes(program, test="assert all(is_even(n) for n in [1, 3])"), raised
+    assert sandbox.passes("def is_even(n):\n    return n % 2 == 0\n", test="assert all(map(is_even, [2, 4]))")
+
+
+def test_asserts_run_under_python_O_and_PYTHONOPTIMIZE():
+    check = ("import sandbox\nprint(sandbox.passes('def square(x):\\n    return 0', test='assert square(2) == 4'), "
+             "sandbox.passes('def square(x):\\n    return 0', test=" + repr(SQUARE_CHECK) + ", entry_point='square'))")
+    for flags, env in (["-O"], {}), (["-OO"], {}), ([], {"PYTHONOPTIMIZE": "2"}):
+        done = subprocess.run([sys.executable, *flags, "-c", check], cwd=REPO, capture_output=True, text=True,
+                              env={**os.environ, **env}, timeout=HANG_GUARD)
+        assert done.stdout.split() == ["False", "False"], (flags, env, done.stderr[-2000:])
+
+
+SIGNAL_EACH_OTHER = r"""
+import ctypes, errno, fcntl, json, os, struct
+libc, out, stdlib = ctypes.CDLL(None, use_errno=True), {}, os.path.dirname(os.__file__)
+def attempt(name, call):
+    try:
+        call()
+        out[name] = "allowed"
+    except OSError as e:
+        out[name] = errno.errorcode[e.errno]
+def syscall(name, *args):
+    if libc[name](*args) < 0:
+        raise OSError(ctypes.get_errno(), name)
+shared = os.open(os.__file__, os.O_RDONLY)
+attempt("flock", lambda: fcntl.flock(shared, fcntl.LOCK_SH | fcntl.LOCK_NB))
+attempt("fcntl_setlk", lambda: fcntl.lockf(shared, fcntl.LOCK_SH | fcntl.LOCK_NB))
+attempt("ofd_setlk", lambda: fcntl.fcntl(shared, 37, struct.pack("hhqqi", fcntl.F_RDLCK, 0, 0, 0, 0)))
+attempt("lease", lambda: fcntl.fcntl(shared, 1024, fcntl.F_RDLCK))
+attempt("dnotify", lambda: fcntl.fcntl(os.open(stdlib, os.O_RDONLY), 1026, 0x1))
+attempt("inotify_init1", lambda: syscall("inotify_init1", 0))
+attempt("fanotify_init", lambda: syscall("fanotify_init", 0, 0))
+print(json.dumps(out))
+"""
+
+
+def test_two_programs_of_a_batch_cannot_lock_or_watch_the_files_they_share():
+    """The interpreter and its standard library are the one thing concurrent programs share (read-only): a lock held
+    on os.py, a lease, or a watch on the stdlib directory would be a channel between them. Each is denied."""
+    results = [json.loads(sandbox.run(["-c", SIGNAL_EACH_OTHER], timeout=FINISHES).stdout) for _ in range(2)]
+    assert results[0] == results[1] == dict.fromkeys(results[0], "EPERM") and len(results[0]) == 7, results
+
+
 def test_the_program_is_the_last_python_block_of_the_final_answer():
     p = code_prompt()
     text = "<think>```python\nprint(0)\n```</think>Here:\n```python\nprint(1)\n```\nand\n```\nprint(2)\n```\n```cpp\nint x;\n```"
@@ -1497,9 +1615,15 @@ def test_malformed_code_rows_raise_one_line_errors_naming_file_line_and_field(tm
              ('{"prompt": "p", "fn_name": "1f", "tests": [{"input": [], "output": 1}]}', "field 'fn_name' must be a Python identifier"),
              ('{"prompt": "p", "test": "assert f(1) =="}', "field 'test' is not valid Python"),
              ('{"prompt": "p", "test": ""}', "field 'test' must be a non-empty string"),
-             ('{"prompt": "p", "test": "assert 1", "tests": []}', "field 'test' (asserts) cannot go with 'tests'"),
+             ('{"prompt": "p", "test": "assert 1", "tests": []}', "field 'tests' and 'test': give one of them"),
+             ('{"prompt": "p", "test": "def check(candidate):\\n    assert candidate(2) == 4"}',
+              "field 'test': the test calls no function of the program"),
+             ('{"prompt": "p", "test": "assert f(1) == 2", "fn_name": "f"}', "field 'test' (asserts) cannot go with"),
+             ('{"prompt": "p", "test_list": ["assert math.isclose(area(2), 12.566, rel_tol=1e-3)"]}',
+              "field 'test_list': the test uses the module 'math' without importing it"),
+             ('{"prompt": "p", "test_list": "assert f(1)"}', "field 'test_list' (and 'test_imports') must be lists"),
              ('{"prompt": "p", "answer": "3", "test": "assert 1"}', "both 'answer' (math) and 'test' (code)"),
-             ('{"prompt": "p"}', "missing field 'answer' (math) or 'tests' / 'test' (code) (has: prompt)"),
+             ('{"prompt": "p"}', "missing field 'answer' (math) or 'tests' / 'test' / 'test_list' (code) (has: prompt)"),
              ('{"prompt": "p", "test": "assert 1", "domain": "a b"}', "field 'domain' must be a name"),
              ('{"prompt": "p", "test": "assert 1", "domain": "builtin"}', "the domain 'builtin' is the built-in task's")]
     for i, (row, message) in enumerate(cases):
@@ -2101,6 +2225,18 @@ def test_an_unprivileged_trainer_kills_every_process_of_a_run_denies_namespaces_
         assert {persisted[k] for k in ("shmget", "semget", "msgget", "mq_open", "add_key", "keyctl")} == {"EPERM"}, persisted
     finally:
         remove_traces(marker, key)  # files in the user's own writable places: not covered without root (README)
+
+
+def test_an_unprivileged_trainer_judges_every_test_format_and_its_programs_cannot_signal_each_other(unprivileged):
+    jobs = [dict(TEST_FORMATS[kind], program=program, timeout=FINISHES) for kind in TEST_FORMATS
+            for program in SQUARES.values()]
+    jobs += [dict(program="def is_even(n):\n    raise StopIteration\n", test="assert all(map(is_even, [1, 3]))"),
+             dict(program=SHADOW, test="import math\nassert math.isclose(square(2), 4.0)"),
+             dict(program=SIGNAL_EACH_OTHER, tests=PWNED, timeout=FINISHES)]
+    out, _, left = unprivileged(jobs)
+    assert out["passed"] == [True, False, False] * len(TEST_FORMATS) + [False] * 3 and not left, out["passed"]
+    denied = json.loads(out["runs"][-1])
+    assert denied == dict.fromkeys(denied, "EPERM") and len(denied) == 7, denied
 
 
 # =============================================================================
