@@ -145,6 +145,7 @@ def setup(n_samplers, timeout_s, device_type, sampler):
             weight_group = dist.ProcessGroupNCCL(weight_store, group_rank, size, options)
         else:
             weight_group = dist.ProcessGroupGloo(weight_store, group_rank, size, timeout)
+        connect(weight_group, device, timeout_s, "the samplers" if rank == 0 else "the master (rank 0)")
     return Layout(rank, world, role, trainers, n_samplers, rank if rank < trainers else None, device, store,
                   mailbox, weight_group, heartbeat)
 
@@ -346,13 +347,14 @@ def unflatten(bucket, flat):
         offset += n
 
 
-def broadcast(group, tensor, deadline_s, peers):
+def broadcast(group, tensor, deadline_s, peers, work=None):
     """One broadcast from the weight group's rank 0, waited for with a deadline (NCCL's own wait does not
-    block the CPU and its watchdog would abort without a name): a failure or a silent peer -> RankError."""
+    block the CPU and its watchdog would abort without a name): a failure or a silent peer -> RankError.
+    work: the broadcast's Work, when it was issued already (connect)."""
     options = dist.BroadcastOptions()
     options.rootRank = 0
     with naming_peers(f"the weight broadcast with {peers} failed"):
-        work = group.broadcast([tensor], options)
+        work = work or group.broadcast([tensor], options)
         deadline = time.time() + deadline_s
         while not work.is_completed():
             if time.time() > deadline:  # a pending NCCL op cannot be cancelled: abort the group, then name the peer
@@ -361,6 +363,35 @@ def broadcast(group, tensor, deadline_s, peers):
                                 f"{deadline_s:g} s (rank_timeout): dead or stopped?")
             time.sleep(0.001)
         work.wait()
+
+
+def connect(group, device, deadline_s, peers):
+    """The weight group's first broadcast, at setup, under the deadline. NCCL builds its communicator inside the first
+    collective, blocking until every rank joins, with no Work to poll and out of abort()'s reach (torch 2.11 and 2.13,
+    ProcessGroupNCCL.cpp collective() -> initNCCLComm -> ncclCommInitRankConfig): so it is issued from a thread
+    watched here, and a peer alive but stuck before it (SIGSTOP, a CUDA hang) is named instead of hanging the master.
+    Gloo connects in its constructor; the same broadcast follows."""
+    one, issued = torch.zeros(1, device=device), []
+    options = dist.BroadcastOptions()
+    options.rootRank = 0
+
+    def issue():
+        if device.type == "cuda":
+            torch.cuda.set_device(device)  # the current device is per thread
+        try:
+            issued.append(group.broadcast([one], options))
+        except BaseException as e:  # raised again below, named
+            issued.append(e)
+    thread = threading.Thread(target=issue, name="weight-group-connect", daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    if not issued:  # still inside NCCL's communicator init: it cannot be cancelled, the process exits instead
+        group.abort()
+        raise RankError(f"{peers} did not join the weight group within {deadline_s:g} s (rank_timeout): stopped?")
+    with naming_peers(f"the weight broadcast with {peers} failed"):
+        if isinstance(issued[0], BaseException):
+            raise issued[0]
+    broadcast(group, one, deadline_s, peers, work=issued[0])
 
 
 def receive_buckets(group, plan, dtype, device, deadline_s):

