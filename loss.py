@@ -7,12 +7,15 @@ Read top to bottom, this is one training step's math:
     zero_variance_mask  drop prompt groups whose G rewards are all equal
     group_advantages    centre by the group mean, normalise (batch | prompt | none)
     token_weights       the aggregation (prompt | sample | token) as one weight per token
-    policy_loss         CISPO (default) | DAPO | GSPO | GRPO, plus the diagnostics the log needs
+    policy_loss         CISPO (default) | DAPO | GSPO | GRPO (LOSSES), plus the diagnostics the log needs
 
 Shapes: P prompt groups, G completions each, N = rows of a (micro-)batch, T = tokens per row.
 Completion rows are right-padded, so a causal model needs no attention mask for them.
 Every per-token tensor is aligned with the *predicted* token: position t holds log p(x[t+1] | x[:t+1]).
 """
+
+import inspect
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -21,30 +24,44 @@ from torch.utils.checkpoint import checkpoint
 # -----------------------------------------------------------------------------
 # log-probs with an fp32 LM head
 
+@contextmanager
+def _bf16_products():
+    """CPU: oneDNN runs fp32 matmuls on bf16 operands with fp32 accumulation (torch 2.13's only CPU route to fp32
+    logits at bf16 speed: torch.mm(..., out_dtype=float32) is CUDA-only). Exact when the operands hold bf16 values."""
+    before = torch.backends.mkldnn.matmul.fp32_precision
+    torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.matmul.fp32_precision = before
+
+
 class _BF16HeadFP32Logits(torch.autograd.Function):
-    """(n, H) bf16 hidden x (V, H) bf16 weight -> (n, V) fp32 logits: bf16 products accumulated and
-    returned in fp32 (torch.mm(..., out_dtype=float32), CUDA only in torch 2.13). That overload has no
-    derivative ("derivative for aten::mm is not implemented"), so the backward is written out: the
-    upstream fp32 gradient cast to bf16, two bf16 matmuls (fp32 accumulation inside), as the rest of a
-    bf16 model's backward does. What stays bf16: autograd sums the weight's gradient over a micro-batch's chunks
-    in the weight's dtype (measured, 37 chunks: 0.7% relative error, one bf16 rounding 0.17%); fp32 after that."""
+    """(n, H) bf16 hidden x (V, H) bf16 weight -> (n, V) fp32 logits: bf16 products accumulated and returned in
+    fp32. GPU: torch.mm(..., out_dtype=float32). CPU: the same numbers by oneDNN (_bf16_products) on weight32, the
+    weight's fp32 upcast made once per micro-batch or decode step. That overload has no derivative, so the backward
+    is written out: the upstream fp32 gradient cast to bf16, two bf16 matmuls (fp32 accumulation inside), as the
+    rest of a bf16 model's backward does. What stays bf16: autograd sums the weight's gradient over a micro-batch's
+    chunks in the weight's dtype (measured, 37 chunks: 0.7% relative error, one bf16 rounding 0.17%)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight):
+    def forward(ctx, hidden, weight, weight32=None):
         ctx.save_for_backward(hidden, weight)
-        return torch.mm(hidden, weight.t(), out_dtype=torch.float32)
+        if weight32 is None:
+            return torch.mm(hidden, weight.t(), out_dtype=torch.float32)
+        with _bf16_products():
+            return torch.mm(hidden.float(), weight32.t())
 
     @staticmethod
     def backward(ctx, grad):
         hidden, weight = ctx.saved_tensors
         grad = grad.to(weight.dtype)
-        return grad @ weight, grad.t() @ hidden
+        return grad @ weight, grad.t() @ hidden, None
 
 
 def head_weight(model, fp32_head=True):
-    """The LM head's weight as lm_head_logits takes it: upcast to fp32 once (per decode step or micro-batch,
-    not per chunk) where the matmul runs in IEEE fp32 (CPUs); as stored where a bf16 matmul accumulates in
-    fp32 (GPUs), and in the ablation."""
+    """The LM head's weight as lm_head_logits takes it: on CPUs upcast to fp32 once (per decode step or
+    micro-batch, not per chunk); as stored on GPUs, whose matmul returns fp32 itself, and in the ablation."""
     weight = model.get_output_embeddings().weight
     return weight.float() if fp32_head and not weight.is_cuda else weight
 
@@ -54,23 +71,23 @@ def lm_head_logits(model, hidden, temperature=1.0, fp32_head=True, weight=None):
 
     FP32 head (ScaleRL sec. 3.3, "FP32 precision for LM head"): fp32 logits on the generator and the
     trainer alike; this removed most of the generator/trainer mismatch in the paper (A 0.52 -> 0.61).
-    On CPUs both operands are upcast and the matmul is IEEE fp32. On GPUs the operands stay in the
-    model's dtype and the matmul accumulates and returns fp32 (torch.mm(..., out_dtype=float32)): what
-    vLLM's head_dtype=float32 computes, on tensor cores; a product of two bf16 numbers is exact in fp32,
-    so only the summation order differs from the CPU route. fp32_head=False is the leave-one-out
-    ablation: logits in the model's dtype, only the softmax in fp32. Works with tied embeddings (the
-    head weight *is* the embedding matrix then). weight: head_weight(model, fp32_head), if already cast."""
+    What it computes: an fp32 model's head in IEEE fp32. A bf16 model's, on GPUs and CPUs alike, the exact
+    products of its bf16 operands summed in fp32 (what vLLM's head_dtype=float32 computes on tensor cores).
+    fp32_head=False is the leave-one-out ablation: logits in the model's dtype, only the softmax in fp32.
+    Works with tied embeddings (the head weight *is* the embedding matrix then). weight: head_weight(model,
+    fp32_head), if already cast."""
     head = model.get_output_embeddings()
     weight = head_weight(model, fp32_head) if weight is None else weight
     bias = getattr(head, "bias", None)
     with torch.autocast(hidden.device.type, enabled=False):  # an enclosing autocast would undo the upcast
         if not fp32_head:
-            logits = F.linear(hidden.to(weight.dtype), weight, bias).float()
-        elif weight.dtype == torch.float32:
+            return F.linear(hidden.to(weight.dtype), weight, bias).float() / temperature
+        if head.weight.dtype == torch.float32:
             logits = F.linear(hidden.float(), weight, None if bias is None else bias.float())
-        else:  # GPU: bf16 operands, fp32 accumulation and output
-            flat = _BF16HeadFP32Logits.apply(hidden.reshape(-1, hidden.shape[-1]).to(weight.dtype), weight)
-            logits = flat.view(*hidden.shape[:-1], -1)
+        else:  # bf16 operands, fp32 accumulation and output
+            flat = hidden.reshape(-1, hidden.shape[-1]).to(head.weight.dtype)
+            upcast = weight if weight.dtype == torch.float32 else None  # CPU
+            logits = _BF16HeadFP32Logits.apply(flat, head.weight, upcast).view(*hidden.shape[:-1], -1)
             logits = logits if bias is None else logits + bias.float()
     return logits / temperature  # the temperature sits right before the log-softmax
 
@@ -184,10 +201,42 @@ def token_weights(mask, prompt_index, agg="prompt"):
     raise ValueError(f"agg must be 'prompt', 'sample' or 'token', got {agg!r}")
 
 # -----------------------------------------------------------------------------
-# policy losses
+# policy losses: (ratio, log_ratio, logprobs, A, mask, its knobs) -> the (N, T) loss per token and the tokens whose
+# gradient a clip or truncation changed. LOSSES names them for the loss_type config key; a loss's knobs are the
+# config keys of its parameters' names. A new loss: one function here and one entry in LOSSES.
 
-def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss="cispo",
-                eps_max=4.0, clip_low=0.2, clip_high=0.28, gspo_low=3e-3, gspo_high=5e-3):
+def cispo(ratio, log_ratio, logprobs, A, mask, eps_max=4.0):
+    """ScaleRL's: J = sum w * sg(min(rho, eps_max)) * A * log pi (MiniMax-M1)."""
+    # the detached ratio clamped from above only (no lower clip); the gradient flows through log pi for every
+    # token, truncated ones included: what CISPO adds over PPO-style clipping
+    per_token = -torch.clamp(ratio.detach(), max=eps_max) * A * logprobs
+    return per_token, ratio.detach() > eps_max
+
+
+def dapo(ratio, log_ratio, logprobs, A, mask, clip_low=0.2, clip_high=0.28):
+    """PPO's surrogate min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A), clipped asymmetrically (DAPO)."""
+    per_token = -torch.min(ratio * A, torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * A)
+    # the tokens whose gradient the clip zeroes: rho above 1 + high with A > 0, below 1 - low with A < 0
+    return per_token, ((ratio > 1 + clip_high) & (A > 0)) | ((ratio < 1 - clip_low) & (A < 0))
+
+
+def grpo(ratio, log_ratio, logprobs, A, mask, clip_low=0.2):
+    """GRPO: the same surrogate, clipped symmetrically."""
+    return dapo(ratio, log_ratio, logprobs, A, mask, clip_low, clip_low)
+
+
+def gspo(ratio, log_ratio, logprobs, A, mask, gspo_low=3e-3, gspo_high=5e-3):
+    """GSPO: the surrogate on the length-normalised sequence ratio s = exp(mean_t log rho); a whole sequence is
+    clipped or not."""
+    seq_ratio = (log_ratio.sum(1) / mask.sum(1).clamp(min=1)).exp()[:, None]  # (N, 1); grad: the tokens' mean
+    per_token, clipped = dapo(seq_ratio, None, logprobs, A, mask, gspo_low, gspo_high)
+    return per_token.expand_as(logprobs), clipped.expand_as(mask)
+
+
+LOSSES = dict(cispo=cispo, dapo=dapo, gspo=gspo, grpo=grpo)
+
+
+def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss_type="cispo", **knobs):
     """Policy-gradient loss to minimise, and its diagnostics.
 
     logprobs           (N, T) trainer log-probs of the sampled tokens (with grad)
@@ -196,40 +245,20 @@ def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss="c
     mask               (N, T) 1 where the policy chose the token (not padding, not the forced
                               interruption phrase, not the prompt)
     weights            (N, T) aggregation weights from token_weights (zero where mask is zero)
-
-    loss = "cispo" (ScaleRL): J = sum w * sg(min(rho, eps_max)) * A * log pi      (MiniMax-M1)
-           "dapo":  PPO surrogate min(rho A, clip(rho, 1-clip_low, 1+clip_high) A), 0.2 / 0.28
-           "grpo":  the same with a symmetric clip 0.2 (pass clip_high=0.2)
-           "gspo":  sequence ratio s = exp(mean_t log rho), min(s A, clip(s, 1-3e-3, 1+5e-3) A)
+    loss_type, knobs   LOSSES' entry, and values by name (a config): each loss takes those it names
     Returns (loss, stats); stats are detached sums and maxima over this (micro-)batch's unmasked
     tokens, combined across micro-batches with merge_stats."""
     assert logprobs.shape == behaviour_logprobs.shape == mask.shape == weights.shape, \
         (logprobs.shape, behaviour_logprobs.shape, mask.shape, weights.shape)
     assert logprobs.dtype == behaviour_logprobs.dtype == torch.float32, "log-probs must be fp32"
-    mask = mask.bool()
-    A = advantages[:, None]  # (N, 1)
+    if loss_type not in LOSSES:
+        raise ValueError(f"loss_type must be one of {', '.join(LOSSES)}, got {loss_type!r}")
+    loss_fn, mask = LOSSES[loss_type], mask.bool()
     log_ratio = torch.where(mask, logprobs - behaviour_logprobs, 0.0)  # (N, T); 0 off-mask: no inf * 0
     ratio = log_ratio.exp()
-    if loss == "cispo":
-        # clamp the detached ratio from above only (no lower clip); gradient flows through log pi
-        # for every token, truncated ones included: that is what CISPO adds over PPO-style clipping
-        truncated_ratio = torch.clamp(ratio.detach(), max=eps_max)
-        per_token = -truncated_ratio * A * logprobs
-        clipped = ratio.detach() > eps_max
-    elif loss in ("dapo", "grpo"):
-        high = clip_high if loss == "dapo" else clip_low  # GRPO: symmetric 0.2
-        per_token = -torch.min(ratio * A, torch.clamp(ratio, 1 - clip_low, 1 + high) * A)
-        # tokens whose gradient the clip zeroes: rho above 1+high with A > 0, below 1-low with A < 0
-        clipped = ((ratio > 1 + high) & (A > 0)) | ((ratio < 1 - clip_low) & (A < 0))
-    elif loss == "gspo":
-        seq_log_ratio = log_ratio.sum(1) / mask.sum(1).clamp(min=1)  # (N,) length-normalised
-        seq_ratio = seq_log_ratio.exp()[:, None]  # (N, 1); its gradient is the mean of the tokens'
-        per_token = -torch.min(seq_ratio * A, torch.clamp(seq_ratio, 1 - gspo_low, 1 + gspo_high) * A)
-        per_token = per_token.expand_as(logprobs)
-        clipped = (((seq_ratio > 1 + gspo_high) & (A > 0)) | ((seq_ratio < 1 - gspo_low) & (A < 0)))
-        clipped = clipped.expand_as(mask)  # a whole sequence is clipped or not
-    else:
-        raise ValueError(f"loss must be 'cispo', 'dapo', 'gspo' or 'grpo', got {loss!r}")
+    own = inspect.signature(loss_fn).parameters
+    per_token, clipped = loss_fn(ratio, log_ratio, logprobs, advantages[:, None], mask,
+                                 **{k: v for k, v in knobs.items() if k in own})
     total = (per_token * weights).sum()
     with torch.no_grad():  # detached tensors: no CPU-GPU sync here; merge_stats syncs once per step
         ratio_on_mask = torch.where(mask, ratio, 0.0)

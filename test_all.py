@@ -776,9 +776,13 @@ def test_the_gpu_fp32_head_has_a_backward_and_its_gradients_are_the_fp32_ones_to
     w = torch.randn(50, 64).to(torch.bfloat16).requires_grad_()
     g = torch.randn(6, 50)
     ctx = type("Ctx", (), dict(saved_tensors=(h.detach(), w.detach())))()
-    grad_h, grad_w = L._BF16HeadFP32Logits.backward(ctx, g)
+    grad_h, grad_w, _ = L._BF16HeadFP32Logits.backward(ctx, g)
     h32, w32 = h.detach().float().requires_grad_(), w.detach().float().requires_grad_()
-    (h32 @ w32.t()).backward(g)
+    logits32 = h32 @ w32.t()
+    logits32.backward(g)
+    # the CPU's forward (oneDNN on the fp32 upcast of the bf16 weight): the same exact products, summed in fp32
+    cpu = L._BF16HeadFP32Logits.apply(h.detach(), w.detach(), w.detach().float())
+    assert cpu.dtype == torch.float32 and torch.allclose(cpu, logits32.detach(), rtol=1e-5, atol=1e-5)
     assert torch.allclose(grad_h.float(), h32.grad, rtol=2e-2, atol=2e-2 * h32.grad.abs().max().item())
     assert torch.allclose(grad_w.float(), w32.grad, rtol=2e-2, atol=2e-2 * w32.grad.abs().max().item())
 
@@ -930,9 +934,24 @@ def test_micro_batches_sum_to_the_full_batch_loss():
     assert L.merge_stats([p[1] for p in parts]) == pytest.approx(L.merge_stats([full_stats]))
 
 
+def test_a_new_loss_is_one_function_and_one_entry_in_loss_LOSSES(tiny_model_dir, train_config, monkeypatch):
+    """A forker's loss: written in loss.py, registered in LOSSES, chosen by loss_type; its knob is a parameter
+    (its default here, a config key of that name when there is one); train.py is not touched."""
+    def reinforce(ratio, log_ratio, logprobs, A, mask, scale=1.0):  # plain REINFORCE: CISPO never truncating
+        return -scale * ratio.detach() * A * logprobs, torch.zeros_like(mask)
+    monkeypatch.setitem(L.LOSSES, "reinforce", reinforce)
+    groups = fixed_batch(len(tiny.build_tokenizer()))
+    train_config.configure(["--loss_type=reinforce", "--grad_clip=1e9"])
+    toy, toy_grads = recorded_step(tiny_model_dir, copy.deepcopy(groups))
+    train_config.configure(["--loss_type=cispo", "--eps_max=1e9"])
+    cispo, cispo_grads = recorded_step(tiny_model_dir, copy.deepcopy(groups))
+    assert toy["loss"] == pytest.approx(cispo["loss"], rel=1e-6) and toy["is_truncated_frac"] == 0.0
+    assert all(torch.allclose(toy_grads[k], cispo_grads[k]) for k in toy_grads)
+
+
 def test_unknown_loss_is_rejected():
     logprobs, behaviour, A, mask = _loss_inputs([[0.5]], [[0.5]], [1.0])
-    with pytest.raises(ValueError, match="loss must be"):
+    with pytest.raises(ValueError, match="loss_type must be one of cispo, dapo, gspo, grpo, got 'ppo'"):
         L.policy_loss(logprobs, behaviour, A, mask, torch.ones(1, 1), "ppo")
 
 
@@ -2720,7 +2739,7 @@ def test_bad_configs_fail_before_any_work_with_one_line_errors(train_config, cap
     assert "unknown config key 'lr_max'" in config_error(train_config, capsys, "--lr_max=1")
     assert "lr must be float, got 'fast'" in config_error(train_config, capsys, "--lr=fast")
     assert "micro_batch_tokens=-1: must be >= 0" in config_error(train_config, capsys, "--micro_batch_tokens=-1")
-    assert "loss='ppo': must be one of" in config_error(train_config, capsys, "--loss=ppo")
+    assert "loss_type='ppo': must be one of" in config_error(train_config, capsys, "--loss_type=ppo")
     assert "no such directory" in config_error(train_config, capsys, f"--model_path={tmp_path}/nope")
     assert "no such config file" in config_error(train_config, capsys, "config/nope.py")
     (tmp_path / "log.jsonl").write_text("{}\n")

@@ -33,7 +33,7 @@ import checkpoint
 import configurator
 import data
 import distributed
-import loss as L
+import loss
 import memory
 import rewards
 import sandbox
@@ -45,7 +45,7 @@ from scheduler import Rollouts
 # config: module-level constants; config/*.py files and --key=value override them (configurator.py).
 # Defaults are the CPU run; the paper's value follows "paper:" where it differs.
 # the ScaleRL recipe; each comment names the leave-one-out value
-loss = "cispo"                 # 'cispo' | 'dapo' | 'gspo' | 'grpo'
+loss_type = "cispo"            # loss.LOSSES: 'cispo' | 'dapo' | 'gspo' | 'grpo'; its knobs follow
 eps_max = 4.0                  # CISPO's upper truncation of the IS ratio (paper: 4, 5, 8 all alike)
 clip_low = 0.2                 # DAPO / GRPO: ratio clipped below at 1 - clip_low
 clip_high = 0.28               # DAPO: above at 1 + clip_high (GRPO: 1 + clip_low)
@@ -119,7 +119,7 @@ micro_batch = 64               # at most this many completions per forward/backw
 micro_batch_tokens = 0         # at most this many padded tokens per forward/backward (0 = no cap)
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items() if not k.startswith("_") and type(v) in (bool, int, float, str)]
-RULES = dict(loss=("cispo", "dapo", "gspo", "grpo"), agg=("prompt", "sample", "token"),
+RULES = dict(agg=("prompt", "sample", "token"),
              adv_norm=("batch", "prompt", "none"), off_policy=("pipeline", "ppo"), length_control=("interrupt", "penalty"),
              init_from=("scratch", "resume"), device=("cpu", "cuda"), **dict.fromkeys(["dtype", "sampler_dtype"],
              ("float32", "bfloat16")), sampler=("torch", "vllm"), samples_per_prompt=2, think_budget_min=1, rank_timeout=2.0,
@@ -133,8 +133,14 @@ def fail(message):
     configurator.fail("train.py", message)
 
 
+def current_config():
+    """Every knob above as it stands: {key: value}."""
+    return {k: globals()[k] for k in config_keys}
+
+
 def configure(args):
-    globals().update(configurator.configure({k: globals()[k] for k in config_keys}, args, "train.py", RULES))
+    rules = dict(RULES, loss_type=tuple(loss.LOSSES))  # read now: a loss added to LOSSES is one more choice
+    globals().update(configurator.configure(current_config(), args, "train.py", rules))
 
 
 def check_config():
@@ -227,7 +233,7 @@ def train_step(policy, groups, step, pad_id):
     weights built on the whole batch, clip, AdamW. Every trainer rank runs it on the same batch and
     computes its share of the rows. A non-finite loss or gradient skips the update."""
     rewards = torch.tensor([g.rewards for g in groups])  # (P, G)
-    keep = L.zero_variance_mask(rewards) if zero_var_filter else torch.ones(len(groups), dtype=torch.bool)
+    keep = loss.zero_variance_mask(rewards) if zero_var_filter else torch.ones(len(groups), dtype=torch.bool)
     completions = [c for g in groups for c in g.completions]
     truncated = sum(c.finish_reason == "truncated" for c in completions)
     stats = dict(train_reward=rewards.mean().item(), train_pass_rate=(rewards > 0).float().mean().item(),
@@ -242,9 +248,9 @@ def train_step(policy, groups, step, pad_id):
     kept = [g for g, k in zip(groups, keep.tolist()) if k]
     if not kept:  # every group was all-correct or all-wrong: nothing to learn from this batch
         return dict(stats, loss=0.0, grad_norm=0.0, skipped="no_signal", trained_tokens=0)
-    advantages = L.group_advantages(rewards[keep], adv_norm)  # (P', G)
+    advantages = loss.group_advantages(rewards[keep], adv_norm)  # (P', G)
     ids, lengths, behaviour, mask, prompt_index, row_adv = collate(kept, advantages, pad_id)
-    weights = L.token_weights(mask, prompt_index, agg)  # (N, T-1), sums to 1 over the whole batch
+    weights = loss.token_weights(mask, prompt_index, agg)  # (N, T-1), sums to 1 over the whole batch
     for param_group in policy.optimizer.param_groups:
         param_group["lr"] = lr_at(step + 1)
     device = next(policy.logprobs.parameters()).device
@@ -256,9 +262,8 @@ def train_step(policy, groups, step, pad_id):
         T = int(lengths[rows].max())
         mb = lambda x: x[rows, :T - 1].to(device)
         logprobs, entropy = policy.logprobs(ids[rows, :T].to(device), temperature, fp32_head, with_entropy=True)
-        mb_loss, mb_stats = L.policy_loss(logprobs, mb(behaviour), row_adv[rows].to(device), mb(mask) * share,
-                                          mb(weights) * share, loss, eps_max=eps_max, clip_low=clip_low,
-                                          clip_high=clip_high, gspo_low=gspo_low, gspo_high=gspo_high)
+        mb_loss, mb_stats = loss.policy_loss(logprobs, mb(behaviour), row_adv[rows].to(device), mb(mask) * share,
+                                             mb(weights) * share, **current_config())  # loss_type, its knobs
         # each rank's loss is its part of one global sum; gradients are averaged over the trainers
         # (FSDP2's reduce-scatter, sync_grads under data parallelism), so scale by their number. FSDP2 reduce-
         # scatters every micro-batch's gradients into the fp32 shards: deferring it to the last one would hold
@@ -275,7 +280,7 @@ def train_step(policy, groups, step, pad_id):
     for key in ("tokens", "is_ratio_sum", "is_truncated_sum", "logprob_mismatch_sum"):
         sums[key] = sum(s[key] for s in loss_stats)
     sums = distributed.all_reduce_sums(sums, dict(is_ratio_max=max(s["is_ratio_max"] for s in loss_stats)))
-    stats.update(L.merge_stats([sums], sums["entropy"]), loss=float(sums["loss"]), grad_norm=float(grad_norm),
+    stats.update(loss.merge_stats([sums], sums["entropy"]), loss=float(sums["loss"]), grad_norm=float(grad_norm),
                  trained_tokens=int(lengths.sum()))
     if not (math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])):
         policy.optimizer.zero_grad(set_to_none=True)
@@ -319,7 +324,7 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
         rows = micro_batches(lengths, 0, 1)[0]  # one forward within the trainer's caps (GPUs: 16k tokens)
         T, device = int(lengths[rows].max()), next(policy.model.parameters()).device
         mb = lambda x: x[rows, :T - 1].to(device)
-        result.update(L.sampler_mismatch(policy.logprobs(ids[rows, :T].to(device), temperature, fp32_head), mb(behaviour),
+        result.update(loss.sampler_mismatch(policy.logprobs(ids[rows, :T].to(device), temperature, fp32_head), mb(behaviour),
                                          mb(mask)))
     if len(task.domains) > 1:
         result.update({f"val_reward_{d}": counts[f"correct_{d}"] / max(counts[f"total_{d}"], 1) for d in task.domains})
@@ -388,7 +393,7 @@ if __name__ == "__main__":
     except ValueError as e:
         fail(str(e))
     check_config()
-    config = {k: globals()[k] for k in config_keys}
+    config = current_config()
     resumed = checkpoint.resume(out_dir) if init_from == "resume" else None
     layout = distributed.setup(n_samplers, rank_timeout, device, sampler)
     sys.excepthook = distributed.rank_error_hook(layout.rank)  # a dead or silent peer: one line, exit 1
