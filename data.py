@@ -82,48 +82,53 @@ def builtin_split(tokenizer, n_train, n_val, seed):
     return train, val
 
 
+CODE_FIELDS = ("tests", "test", "test_list")  # a row with one of them is code (code_tests reads it)
+
+
 def read_jsonl(path, prompt_field=None, answer_field="answer"):
     """-> [dict(line, text, answer, code, domain)], or a DataError naming the line and the field. A row is math
-    when it has answer_field, code when it has "tests" or "test"; its text is prompt_field, "prompt" or "problem"."""
+    when it has answer_field, code when it has one of CODE_FIELDS; its text is prompt_field, "prompt" or "problem"."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: no such file")
-    rows = []
     with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{lineno}: malformed JSON ({e.msg}, column {e.colno})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            where, has = f"{path}:{lineno}", f"(has: {', '.join(row) or 'none'})"
-            field = prompt_field or ("prompt" if "prompt" in row else "problem")
-            is_code = answer_field not in row and any(k in row for k in ("tests", "test", "test_list"))
-            wanted = [(field, repr(field) if prompt_field else "'prompt' or 'problem'")]
-            if not is_code:
-                wanted.append((answer_field, repr(answer_field) if answer_field in row else
-                               f"{answer_field!r} (math) or 'tests' / 'test' / 'test_list' (code)"))
-            for name, shown in wanted:
-                value = row.get(name)
-                if value is None or (isinstance(value, str) and not value.strip()):
-                    raise DataError(f"{where}: missing field {shown} {has}")
-            if not isinstance(row[field], str):
-                raise DataError(f"{where}: field {field!r} must be a string")
-            code_field = next((k for k in ("tests", "test", "test_list") if k in row), None)
-            if answer_field in row and code_field:
-                raise DataError(f"{where}: both {answer_field!r} (math) and {code_field!r} (code); keep one")
-            domain = row.get("domain", os.path.splitext(os.path.basename(path))[0])
-            if "domain" in row and not (isinstance(domain, str) and re.fullmatch(r"[\w.-]+", domain)):
-                raise DataError(f"{where}: field 'domain' must be a name of letters, digits, '_', '.' or '-'")
-            if domain == "builtin":
-                raise DataError(f"{where}: the domain 'builtin' is the built-in task's; rename the file or set a 'domain' field")
-            rows.append(dict(line=lineno, text=row[field], answer="" if is_code else str(row[answer_field]).strip(),
-                             code=code_tests(row, where) if is_code else None, domain=domain))
+        rows = [dict(read_row(line, f"{path}:{n}", path, prompt_field, answer_field), line=n)
+                for n, line in enumerate(f, 1) if line.strip()]
     if not rows:
         raise DataError(f"{path}: empty file, no rows")
     return rows
+
+
+def read_row(line, where, path, prompt_field, answer_field):
+    """One line of a JSONL dataset -> dict(text, answer, code, domain), or a DataError naming the field."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(f"{where}: malformed JSON ({e.msg}, column {e.colno})") from None
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    has = f"(has: {', '.join(row) or 'none'})"
+    blank = lambda value: value is None or isinstance(value, str) and not value.strip()
+    field = prompt_field or ("prompt" if "prompt" in row else "problem")
+    code_field = next((k for k in CODE_FIELDS if k in row), None)
+    is_code = answer_field not in row and code_field is not None
+    if blank(row.get(field)):
+        named = repr(field) if prompt_field else "'prompt' or 'problem'"
+        raise DataError(f"{where}: missing field {named} {has}")
+    if not is_code and blank(row.get(answer_field)):
+        named = repr(answer_field) if answer_field in row else \
+            f"{answer_field!r} (math) or {' / '.join(map(repr, CODE_FIELDS))} (code)"
+        raise DataError(f"{where}: missing field {named} {has}")
+    if not isinstance(row[field], str):
+        raise DataError(f"{where}: field {field!r} must be a string")
+    if answer_field in row and code_field:
+        raise DataError(f"{where}: both {answer_field!r} (math) and {code_field!r} (code); keep one")
+    domain = row.get("domain", os.path.splitext(os.path.basename(path))[0])
+    if "domain" in row and not (isinstance(domain, str) and re.fullmatch(r"[\w.-]+", domain)):
+        raise DataError(f"{where}: field 'domain' must be a name of letters, digits, '_', '.' or '-'")
+    if domain == "builtin":
+        raise DataError(f"{where}: the domain 'builtin' is the built-in task's; rename the file or set a 'domain' field")
+    return dict(text=row[field], answer="" if is_code else str(row[answer_field]).strip(),
+                code=code_tests(row, where) if is_code else None, domain=domain)
 
 
 def code_tests(row, where):
@@ -243,47 +248,66 @@ def parse_data_path(data_path):
 
 def load_task(data_path, model_path, n_train, n_val, seed=0, prompt_field=None, answer_field="answer",
               template="{problem}", unsafe=False):
+    """-> split_task's Task for a model directory: its tokenizer, its eos ids the tokenizer's and the model's own
+    end-of-turn ids (generation_config.json; Qwen has two)."""
+    task = split_task(data_path, load_tokenizer(model_path), n_train, n_val, seed, prompt_field, answer_field,
+                      template, unsafe)
+    if not os.path.isfile(os.path.join(model_path, "generation_config.json")):
+        return task
+    from transformers import GenerationConfig
+    eos = GenerationConfig.from_pretrained(model_path).eos_token_id  # an int or a list
+    return task._replace(eos_ids=task.eos_ids | set([eos] if isinstance(eos, int) else eos or []))
+
+
+def split_task(data_path, tokenizer, n_train, n_val, seed=0, prompt_field=None, answer_field="answer",
+               template="{problem}", unsafe=False):
     """-> Task. n_train (0: every row of a file) and n_val count per domain; each dataset is split as if alone;
-    a file's problems are fed as `template` with {problem} replaced. eos_ids: the tokenizer's, and the model's
-    own end-of-turn ids (generation_config.json; Qwen has two)."""
-    tokenizer = load_tokenizer(model_path) if isinstance(model_path, str) else model_path
+    a file's problems are fed as `template` with {problem} replaced; eos_ids: the tokenizer's."""
     train, val, weights = [], [], {}
     for path, weight in parse_data_path(data_path):
         if path == "builtin":
             more_train, more_val = builtin_split(tokenizer, n_train, n_val, seed)
         else:
-            more_train, more_val = jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_field, template)
+            more_train, more_val = jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_field,
+                                               template)
         for p in more_train + more_val:
             p.weight = weight
             if weights.setdefault(p.domain, weight) != weight:
-                raise DataError(f"data_path={data_path!r}: domain {p.domain!r} gets two weights ({weights[p.domain]} and {weight})")
+                raise DataError(f"data_path={data_path!r}: domain {p.domain!r} gets two weights "
+                                f"({weights[p.domain]} and {weight})")
         train, val = train + more_train, val + more_val
     if any(p.code for p in train + val):  # fully isolated, or unsafe (sandbox_unsafe=True) and a WARNING
         try:
             sandbox.require(unsafe)
         except ValueError as e:
             raise DataError(f"data_path={data_path!r}: {e}") from None
-    eos_ids = {tokenizer.eos_token_id}
-    if isinstance(model_path, str) and os.path.isfile(os.path.join(model_path, "generation_config.json")):
-        from transformers import GenerationConfig
-        generation_eos = GenerationConfig.from_pretrained(model_path).eos_token_id  # an int or a list
-        eos_ids |= set([generation_eos] if isinstance(generation_eos, int) else generation_eos or [])
-    return Task(train, val, tokenizer, eos_ids, sorted({p.domain for p in val}))
+    return Task(train, val, tokenizer, {tokenizer.eos_token_id}, sorted({p.domain for p in val}))
 
 # -----------------------------------------------------------------------------
 # the curriculum: epochs in a seeded order, No-Positive-Resampling
 
-class Curriculum:
-    """Training prompt indices, epoch after epoch, each epoch in a fresh seeded order; None once all are retired.
+class NoPositiveResampling:
+    """ScaleRL sec. 3.4: a prompt whose latest group passed at a rate >= threshold is retired for good (ours: the
+    latest group decides); on=False is the ablation (uniform sampling)."""
 
-    No-Positive-Resampling (ScaleRL sec. 3.4): a prompt whose latest group passed at a rate >= threshold is
-    retired for good (ours: the latest group decides); npr=False is the ablation. Weighted domains (domains,
-    weights: one entry per prompt; ours): a stream of seeded epochs per domain, picked by smooth weighted
-    round-robin (2:1 -> a a b a a b ..., no sampling noise). Without weights, one stream: datasets pooled."""
+    def __init__(self, on=True, threshold=0.9):
+        self.on, self.threshold, self.retired = on, threshold, set()
+
+    def update(self, index, pass_rate):
+        if self.on and pass_rate >= self.threshold:
+            self.retired.add(index)
+
+
+class Curriculum:
+    """Training prompt indices, epoch after epoch, each epoch in a fresh seeded order, No-Positive-Resampling's
+    retired prompts skipped; None once all are retired. Weighted domains (domains, weights: one entry per prompt;
+    ours): a stream of seeded epochs per domain, picked by smooth weighted round-robin (2:1 -> a a b a a b ..., no
+    sampling noise). Without weights, one stream: datasets pooled."""
 
     def __init__(self, n_prompts, seed=0, npr=True, threshold=0.9, domains=None, weights=None):
-        self.n_prompts, self.seed, self.npr, self.threshold = n_prompts, seed, npr, threshold
-        self.retired = set()
+        self.n_prompts, self.seed = n_prompts, seed
+        self.npr = NoPositiveResampling(npr, threshold)
+        self.retired = self.npr.retired
         weight_of = dict(zip(domains, weights)) if weights is not None and None not in weights else {}
         self.domains, self.weights = (list(weight_of), list(weight_of.values())) if len(weight_of) > 1 else ([None], [1.0])
         stream_of = [self.domains.index(d) for d in domains] if self.domains != [None] else [0] * n_prompts
@@ -317,11 +341,10 @@ class Curriculum:
                 return index
 
     def update(self, index, pass_rate):
-        if self.npr and pass_rate >= self.threshold:
-            self.retired.add(index)
+        self.npr.update(index, pass_rate)
 
     def state_dict(self):
-        return dict(n_prompts=self.n_prompts, seed=self.seed, npr=self.npr, threshold=self.threshold,
+        return dict(n_prompts=self.n_prompts, seed=self.seed, npr=self.npr.on, threshold=self.npr.threshold,
                     domains=self.domains, epochs=self.epochs, positions=self.positions, credits=self.credits,
                     retired=sorted(self.retired))
 
@@ -329,9 +352,11 @@ class Curriculum:
         for key, mine in (("n_prompts", self.n_prompts), ("domains", self.domains)):
             if d[key] != mine:
                 raise DataError(f"the checkpoint's curriculum has {key} {d[key]}, this run {mine}")
-        self.seed, self.npr, self.threshold, self._orders = d["seed"], d["npr"], d["threshold"], {}
+        self.seed, self._orders = d["seed"], {}
+        self.npr = NoPositiveResampling(d["npr"], d["threshold"])
+        self.npr.retired |= set(d["retired"])
+        self.retired = self.npr.retired
         self.epochs, self.positions, self.credits = list(d["epochs"]), list(d["positions"]), list(d["credits"])
-        self.retired = set(d["retired"])
 
 
 if __name__ == "__main__":

@@ -1061,13 +1061,13 @@ def test_the_thinking_is_never_scored():
 
 def test_builtin_split_is_disjoint_and_deterministic(tiny_model_dir):
     tok = data.load_tokenizer(tiny_model_dir)
-    train, val, _, eos_ids, domains = data.load_task("builtin", tok, 500, 100, seed=0)
-    again_train, again_val, *_ = data.load_task("builtin", tiny_model_dir, 500, 100, seed=0)  # path works too
+    train, val, _, eos_ids, domains = data.split_task("builtin", tok, 500, 100, seed=0)
+    again_train, again_val, *_ = data.load_task("builtin", tiny_model_dir, 500, 100, seed=0)  # the model directory
     assert len(train) == 500 and len(val) == 100 and eos_ids == {tok.eos_token_id} and domains == ["builtin"]
     assert [p.text for p in train] == [p.text for p in again_train] and [p.id for p in val] == [p.id for p in again_val]
     assert not {p.text for p in train} & {p.text for p in val}                       # held-out never trained on
     assert len({p.text for p in val}) == 100 and len({p.id for p in train + val}) == 600
-    other_train, *_ = data.load_task("builtin", tok, 500, 100, seed=1)
+    other_train, *_ = data.split_task("builtin", tok, 500, 100, seed=1)
     assert [p.text for p in other_train] != [p.text for p in train]
     p = val[0]
     assert p.input_ids == tok.encode(p.text) and p.difficulty == len(p.text) // 2 and p.answer.isdigit()
@@ -1589,7 +1589,7 @@ def test_unclosed_thinking_scores_minus_one_in_every_domain():
 
 @pytest.mark.slow
 def test_a_math_and_a_code_prompt_in_one_batch_get_the_right_rewards(tok):
-    train, val, *_ = data.load_task(f"{EXAMPLE},{EXAMPLE_CODE}", tok, 0, 2)
+    train, val, *_ = data.split_task(f"{EXAMPLE},{EXAMPLE_CODE}", tok, 0, 2)
     prompts = {p.id: p for p in train + val}
     math = next(p for p in prompts.values() if p.answer == "56")
     code = next(p for p in prompts.values() if p.code and p.code.get("fn_name") == "add")
@@ -1604,16 +1604,16 @@ def test_a_math_and_a_code_prompt_in_one_batch_get_the_right_rewards(tok):
 
 
 def test_several_datasets_keep_their_domains_and_hold_out_n_val_of_each(tok):
-    train, val, _, _, domains = data.load_task(f"builtin,{EXAMPLE_CODE}", tok, 50, 5, seed=0)
+    train, val, _, _, domains = data.split_task(f"builtin,{EXAMPLE_CODE}", tok, 50, 5, seed=0)
     assert {p.domain for p in val} == {"builtin", "example_code"} and domains == ["builtin", "example_code"]
     assert sum(p.domain == "builtin" for p in val) == 5 == sum(p.domain == "example_code" for p in val)
     code_rows = sum(1 for line in open(EXAMPLE_CODE) if line.strip())
     assert sum(p.domain == "builtin" for p in train) == 50 and sum(p.code is not None for p in train) == code_rows - 5
-    alone_train, alone_val, *_ = data.load_task("builtin", tok, 50, 5, seed=0)  # each split as if alone
+    alone_train, alone_val, *_ = data.split_task("builtin", tok, 50, 5, seed=0)  # each split as if alone
     assert [p.id for p in alone_train + alone_val] == [p.id for p in train + val if p.domain == "builtin"]
-    code_train, code_val, *_ = data.load_task(EXAMPLE_CODE, tok, 0, 5, seed=0)
+    code_train, code_val, *_ = data.split_task(EXAMPLE_CODE, tok, 0, 5, seed=0)
     assert [p.id for p in code_val] == [p.id for p in val if p.code] and all(p.weight is None for p in train)
-    weighted, *_ = data.load_task(f"builtin:3,{EXAMPLE_CODE}:1", tok, 50, 5, seed=0)
+    weighted, *_ = data.split_task(f"builtin:3,{EXAMPLE_CODE}:1", tok, 50, 5, seed=0)
     assert {(p.domain, p.weight) for p in weighted} == {("builtin", 3.0), ("example_code", 1.0)}
 
 
@@ -1651,7 +1651,7 @@ def test_malformed_code_rows_raise_one_line_errors_naming_file_line_and_field(tm
         path = tmp_path / f"bad{i}.jsonl"
         path.write_text(good + row + "\n" + good)
         with pytest.raises(DataError) as info:
-            data.load_task(str(path), tok, 0, 1)
+            data.split_task(str(path), tok, 0, 1)
         assert str(info.value).startswith(f"{path}:2: ") and message in str(info.value) and "\n" not in str(info.value), info.value
 
 
@@ -2923,7 +2923,7 @@ def test_bf16_weights_stepped_without_an_fp32_master_barely_move_at_lr_5e_7(tiny
 def test_a_non_finite_loss_is_skipped_and_not_applied(tiny_model_dir, train_config):
     from sample import Completion, Group
     tok = data.load_tokenizer(tiny_model_dir)
-    task = data.load_task("builtin", tok, 4, 1, seed=0)
+    task = data.split_task("builtin", tok, 4, 1, seed=0)
     prompts = task.prompts
     train_config.configure(["--lr=1e-3"])
     policy = train.make_policy(tiny_model_dir, ONE_PROCESS)
