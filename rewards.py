@@ -1,21 +1,24 @@
 """
-Rewards: +1 for a solved problem, -1 for anything else (ScaleRL), in every domain: the built-in task's digit, a
-math problem's final answer, a program's tests (sandbox.py). A policy optimises whatever a reward pays for (RL
-found `12 / 2 =` paid for gold 6 within half an hour here), so the reward is written against an adversary:
+Rewards: +1 for a solved problem, -1 for anything else (ScaleRL), in every domain: the built-in task's digit,
+a math problem's final answer, a program's tests (sandbox.py). A policy optimises whatever a reward pays for
+(RL found `12 / 2 =` paid for gold 6 within half an hour here), so rewards are written against an adversary:
 
-    python benchmarks/rewards.py     # the table of cheats and honest answers, and 256 adversarial answers timed
+    python benchmarks/rewards.py     # 256 adversarial answers and 256 honest ones, timed
 
-The text scored: after the last </think>; all of it when no thinking was opened; -1 when thinking was opened (by
-the prompt or the completion) and never closed. Math (ours, after verl's string match and PRM800K's grader):
-- One final answer: the \\boxed{} of the last few hundred characters (several different boxes: -1), else what
-  follows the last "answer is" / "Answer:" / "####", else the last sentence that holds a number. A hedge (`5 or 6`,
-  a list `5, 6, 7`, `x = 5 or x = 6`) is -1; a self-correction ("The answer is 5. Actually 6.") counts its last.
-- Numeric gold (a literal once $, thousands commas, %, units and a trailing period are stripped): the answer must
-  be a literal too (an integer, a decimal, a fraction in lowest terms), compared exactly; a chain counts what
-  follows its last '='. Any operation left in it (`12/2`, `3*4`, `\\sqrt{36}`, `2^3`, `3!`) is -1.
-- Symbolic gold (\\frac{\\sqrt 3}{2}, intervals, sets): math-verify's equivalence, a decimal taken as the exact
-  fraction it writes (0.5 yes, 0.4999999 no). A long answer, a tower of powers or deep nesting is -1 before any
-  parsing; the rest runs in math-verify's worker processes under a wall-clock limit that holds in any thread.
+The text scored: after the last </think>; all of it when no thinking was opened; -1 when thinking was
+opened (by the prompt or the completion) and never closed. Math (ours, after verl's string match and
+PRM800K's grader):
+- One final answer: the \\boxed{} of the last few hundred characters (different boxes: -1), else what
+  follows the last "answer is" / "Answer:" / "####", else the last sentence holding a number. A hedge
+  (`5 or 6`, a list, `x = 5 or x = 6`) is -1; a self-correction ("The answer is 5. Actually 6.") counts
+  its last answer.
+- Numeric gold (a literal once $, thousands commas, %, units and a trailing period are stripped): the
+  answer must be a literal too (an integer, a decimal, a fraction in lowest terms), compared exactly; a
+  chain counts what follows its last '='. An operation left in it (`12/2`, `3*4`, `\\sqrt{36}`, `3!`) is -1.
+- Symbolic gold (\\frac{\\sqrt 3}{2}, intervals, sets): math-verify's equivalence, a decimal taken as the
+  exact fraction it writes (0.5 yes, 0.4999999 no). A long answer, a tower of powers or deep nesting is -1
+  before any parsing; the rest runs in math-verify's worker processes, under a wall-clock limit that holds
+  in any thread.
 """
 import json
 import os
@@ -54,7 +57,8 @@ def extract_program(prompt, completion_text):
     """The program of a code completion: the last ```python (```py, ```python3 or bare ```) block of its
     final answer, fences on their own lines; None when there is none."""
     answer = scored_text(prompt, completion_text)
-    blocks = [body for lang, body in FENCE.findall(answer or "") if lang.lower() in ("", "python", "py", "python3")]
+    languages = ("", "python", "py", "python3")
+    blocks = [body for lang, body in FENCE.findall(answer or "") if lang.lower() in languages]
     return blocks[-1] if blocks else None
 
 # -----------------------------------------------------------------------------
@@ -65,17 +69,22 @@ SENTENCE_END = re.compile(r"(?<=[.!?])(?<!\.\.)\s+|\n+")  # not after an ellipsi
 HEDGE = re.compile(r"(?is)\d.*\bor\b.*\d")  # 'or' between numbers: 5 or 6, x = 5 or x = 6
 MATH_SPAN = re.compile(r"\$+([^$]+)\$+|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 UNWRAP = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
-DROP = re.compile(r"\\[$%]|\$|\\[()\[\]]|\\left|\\right|\\[,;:! ]|\^\s*\{?\s*\\circ\s*\}?|°|(?<!\w)\*\*(?=\S)|(?<=\S)\*\*(?!\w)")
-TOKEN = re.compile(r"""(?P<fraction>-?\\[dt]?frac\s*(?:\{\s*-?\d+\s*\}|\d)\s*(?:\{\s*\d+\s*\}|\d)|-?\d+\s*/\s*\d+(?!\.?\d))
+# formatting that is not the answer: \\$ and $, \\%, \\( \\) \\[ \\], \\left \\right, LaTeX spaces,
+# degrees, **bold**
+DROP = re.compile(r"\\[$%]|\$|\\[()\[\]]|\\left|\\right|\\[,;:! ]|\^\s*\{?\s*\\circ\s*\}?|°"
+                  r"|(?<!\w)\*\*(?=\S)|(?<=\S)\*\*(?!\w)")
+TOKEN = re.compile(r"""(?P<fraction>-?\\[dt]?frac\s*(?:\{\s*-?\d+\s*\}|\d)\s*(?:\{\s*\d+\s*\}|\d)
+                             |-?\d+\s*/\s*\d+(?!\.?\d))
     |(?P<number>-?(?:\d{1,3}(?:,\d{3})+(?![,\d])|\d+)(?:\.\d+)?|-?\.\d+)
     |(?P<equals>=)|(?P<op>(?<=\d)\s*x\s*(?=\d)|[-+*/^×÷·!<>|]|\\[a-zA-Z]+)|(?P<space>\s+)
     |(?P<separator>\.{2,}|…|[,;&]|\b(?:or|and|to)\b)|(?P<word>[^\W\d_]+)|(?P<other>.)""", re.VERBOSE)
 TOWER = re.compile(r"\^\s*(?:\{[^{}]*\^|\(?[\w.]+\)?\s*\^|\{?\s*\d{4,})|\*\*\s*\(?(?:[\w.]+\)?\s*\*\*|\d{4,})"
-                   r"|\d{3,}\s*!|\d{25,}")  # 10^{10^{10}}, 9^9^9, 9**9**9, 2**(2**64), 2^{1000}, 1000!, huge literals
+                   r"|\d{3,}\s*!|\d{25,}")
+# (10^{10^{10}}, 9^9^9, 9**9**9, 2**(2**64), 2^{1000}, 1000!, huge literals)
 
 
 def boxed(text):
-    """The contents of every \\boxed{...} (or \\fbox{...}) in text, braces balanced; None for an unclosed one."""
+    """Every \\boxed{...} (or \\fbox{...}) in text, braces balanced; None for an unclosed one."""
     found = []
     for match in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
         depth, start = 1, match.end()
@@ -90,9 +99,9 @@ def boxed(text):
 
 
 def final_answer(text):
-    """-> (answer, where a hedge counts): the \\boxed{} of the text's tail (None when the boxes differ or one is
-    unclosed), else the last sentence holding a number (or the last one) after the last answer marker, or of the
-    tail. A hedge counts after the marker (so "5. Or 6." is one), else in that sentence."""
+    """-> (answer, where a hedge counts): the \\boxed{} of the text's tail (None when the boxes differ or one
+    is unclosed), else the last sentence holding a number (or the last one) after the last answer marker, or
+    of the tail. A hedge counts after the marker (so "5. Or 6." is one), else in that sentence."""
     tail = text[-TAIL:].replace("\u2212", "-")  # the Unicode minus
     boxes = boxed(tail)
     if boxes:
@@ -106,8 +115,8 @@ def final_answer(text):
 
 
 def literal(answer, canonical=True):
-    """The one number a final answer states, as a Fraction, else None: an operation left in it (after the last
-    '=' of a chain), a list, or no number at all. canonical: a fraction must be in lowest terms (12/2 is not 6)."""
+    """The one number a final answer states, as a Fraction, else None: an operation left in it (after the
+    last '=' of a chain), a list, or no number. canonical: fractions in lowest terms only (12/2 is not 6)."""
     tokens = [(m.lastgroup, m.group()) for m in TOKEN.finditer(DROP.sub(" ", UNWRAP.sub(r" \1 ", answer)))]
     kinds = [kind for kind, _ in tokens]
     if "equals" in kinds:  # a chain: what its last '=' gives
@@ -129,12 +138,13 @@ def literal(answer, canonical=True):
         parts = re.findall(r"(\d+)()", text)
     p, q = (int(a or b) for a, b in parts)
     sign = -1 if text.count("-") % 2 else 1
-    return Fraction(sign * p, q) if q and (not canonical or q > 1 and Fraction(p, q).denominator == q) else None
+    lowest = q > 1 and Fraction(p, q).denominator == q
+    return Fraction(sign * p, q) if q and (lowest or not canonical) else None
 
 
 @lru_cache(maxsize=100_000)
 def numeric_gold(gold):
-    """The gold answer's number when it is a literal (18, 1,000, $5, 42%, 0.5, \\frac{1}{2}), else None: symbolic."""
+    """The gold answer's number if it is a literal (18, 1,000, $5, 42%, 0.5, \\frac{1}{2}), else None."""
     return literal(gold.replace("\u2212", "-"), canonical=False)
 
 
@@ -148,8 +158,9 @@ def costly(answer):
 
 
 def symbolic(answer):
-    """The one expression of a final answer, for math-verify: its $...$ (all alike) or all of it, a decimal written as
-    the exact fraction it is (0.4999999 is not 1/2); None for two different ones, an 'or', or a costly one."""
+    """The one expression of a final answer, for math-verify: its $...$ (all alike) or all of it, decimals
+    written as the exact fractions they are (0.4999999 is not 1/2); None for two different ones, an 'or', or a
+    costly one."""
     spans = {"".join(m).strip() for m in MATH_SPAN.findall(answer)}
     expression = spans.pop() if len(spans) == 1 else None if spans else answer.strip()
     if expression is None or re.search(r"\bor\b", expression) or costly(expression):
@@ -168,7 +179,8 @@ print("ready", flush=True)
 for line in sys.stdin:
     gold, answer = json.loads(line)
     try:
-        ok = verify(parse(gold, parsing_timeout=None), parse(answer, parsing_timeout=None), timeout_seconds=None)
+        gold, answer = parse(gold, parsing_timeout=None), parse(answer, parsing_timeout=None)
+        ok = verify(gold, answer, timeout_seconds=None)
     except BaseException:
         ok = False
     print(int(bool(ok)), flush=True)
@@ -176,8 +188,8 @@ for line in sys.stdin:
 
 
 class Verifier:
-    """One math-verify worker process: an answer past its time (or one that kills the worker) is -1 and the worker
-    is killed; the next answer starts a fresh one (its ~1 s of imports not counted as the answer's time)."""
+    """One math-verify worker process: an answer past its time (or one that kills the worker) is -1 and the
+    worker is killed; the next answer starts a fresh one (its ~1 s of imports not counted as the answer's)."""
 
     def __init__(self):
         self.proc = None
@@ -270,7 +282,8 @@ def score(pairs, timeout=TIMEOUT):
     """[(prompt, completion_text)] -> [+1.0 | -1.0] in order. Programs run in the sandbox's pool, and the rest
     in threads that feed math-verify's workers, all at once."""
     programs = [extract_program(p, text) if p.code else None for p, text in pairs]
-    jobs = [dict(program=program, **p.code) for (p, _), program in zip(pairs, programs) if program is not None]
+    jobs = [dict(program=program, **p.code) for (p, _), program in zip(pairs, programs)
+            if program is not None]
     passed = sandbox.score_many(jobs)  # started: they run while the rest is scored
     others = _scorers.map(lambda pair: reward(*pair, timeout=timeout),
                           [pair for pair, program in zip(pairs, programs) if program is None])
