@@ -1,23 +1,15 @@
 """
-The multi-process layout of train.py on plain torch.distributed (torchrun, one node or many). With
-`torchrun --nproc_per_node=N train.py --n_samplers=S`, T = N - S ranks train:
+The multi-process layout of train.py on plain torch.distributed (DESIGN.md, "Processes"). With
+`torchrun --nproc_per_node=N train.py --n_samplers=S`, T = N - S ranks train; Layout.role is one of:
 
-    master          rank 0         trains its share of every batch (FSDP2 with the followers); owns the
-                                   curriculum, the log, validation and checkpoints; hands prompts to the
-                                   samplers and pushes them the weights after every step
+    master          rank 0         trains; owns the curriculum, log, validation, checkpoints; feeds samplers
     follower        1 .. T-1       trains its share of the batches the master sends
     sampler         T .. N-1       generates all the time; new weights land between two engine steps
     data_parallel   all, if S = 0  each rank samples and trains its own share of the prompts
     single          python train.py: sampler and trainer take turns in one process
 
-Four channels, none a default group over the whole job (an in-process vLLM engine adopts such a group):
-    trainer group   the trainers' default group (gloo for CPU tensors, NCCL for CUDA): FSDP2, the stats
-    control group   gloo over every rank: Mailbox messages (prompts, finished groups as arrays, the batch for
-                    the followers, stop), received on one thread per peer
-    weight group    the master and the samplers (NCCL on GPUs, gloo on CPU): the weights in buckets
-    heartbeat       a counter per rank in torchrun's store, bumped every second by a thread: a rank waits on a
-                    peer for as long as its counter moves (it may validate for hours), and names it once the
-                    counter stands still for rank_timeout. Every failure a peer causes is a RankError naming it.
+No group spans the whole job by default (an in-process vLLM engine would adopt it): the trainers, the control
+group (the Mailbox) and the weights each have their own; a Heartbeat in torchrun's store tells busy from dead.
 """
 import datetime
 import os
@@ -27,7 +19,7 @@ import sys
 import threading
 import time
 from collections import namedtuple
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 
 import numpy as np
@@ -36,7 +28,8 @@ import torch.distributed as dist
 
 from sample import Group
 
-Layout = namedtuple("Layout", "rank world role trainers samplers trainer_rank device store mailbox weight_group heartbeat")
+Layout = namedtuple("Layout", ["rank", "world", "role", "trainers", "samplers", "trainer_rank", "device",
+                               "store", "mailbox", "weight_group", "heartbeat"])
 TAG = 7  # the control group's point-to-point tag (its collectives use their own slots)
 
 
@@ -45,7 +38,7 @@ class RankError(RuntimeError):
 
 
 def rank_error_hook(rank):
-    """sys.excepthook: a RankError is one line and exit code 1 at once (no clean-up: peers may hold collectives)."""
+    """sys.excepthook: a RankError -> one line, exit 1 at once (no clean-up: peers may hold collectives)."""
     def hook(kind, error, traceback):
         if issubclass(kind, RankError):
             print(f"train.py: rank {rank}: {error}", file=sys.stderr, flush=True)
@@ -68,42 +61,42 @@ def naming_peers(what):
 # placement and setup
 
 def gpu_for(local_rank, visible):
-    """This rank's GPU as CUDA_VISIBLE_DEVICES names it: the local_rank-th entry of the mask the cluster
-    scheduler set (indices, UUIDs or MIG ids, e.g. "3,5" -> rank 1 gets "5"), or str(local_rank) unset."""
+    """This local rank's entry of CUDA_VISIBLE_DEVICES ("3,5": 1 -> "5"), or str(local_rank) if unset."""
     if not visible:
         return str(local_rank)
     entries = [e.strip() for e in visible.split(",") if e.strip()]
     if local_rank >= len(entries):
-        raise ValueError(f"local rank {local_rank} has no GPU: CUDA_VISIBLE_DEVICES={visible!r} lists {len(entries)}")
+        raise ValueError(f"local rank {local_rank} has no GPU: "
+                         f"CUDA_VISIBLE_DEVICES={visible!r} lists {len(entries)}")
     return entries[local_rank]
 
 
 def place(n_samplers, sampler, device_type):
-    """Before anything initialises CUDA: refuse (ValueError) layouts that would put two ranks on one GPU, and
-    let a vLLM sampler rank see only its own GPU (an in-process engine takes cuda:0 of what it sees)."""
+    """Before anything initialises CUDA: refuse (ValueError) layouts that would put two ranks on one GPU,
+    and let a vLLM sampler rank see only its own GPU (an in-process engine takes cuda:0 of what it sees)."""
     world, local_world = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    if sampler == "vllm":  # pushed weights reach only an engine in this process (an iterator cannot cross over)
+    # pushed weights reach only an engine in this process (an iterator cannot cross over)
+    if sampler == "vllm":
         require_env("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if sampler == "vllm" and n_samplers == 0 and world > 1:
-        raise ValueError("sampler='vllm' with n_samplers=0 would start one vLLM engine per data-parallel rank "
-                         "inside the trainers' process group; give vLLM its own ranks with --n_samplers=S")
+        raise ValueError("sampler='vllm' with n_samplers=0 would start one vLLM engine per data-parallel rank"
+                         " inside the trainers' process group; give vLLM its own ranks with --n_samplers=S")
     if device_type != "cuda":
         return
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     n_gpus = len([e for e in visible.split(",") if e.strip()]) if visible else torch.cuda.device_count()
     if local_world > n_gpus:
-        raise ValueError(f"{local_world} ranks on this node but {n_gpus} GPUs visible: two ranks would share a GPU; "
-                         f"launch --nproc_per_node={n_gpus} or fewer")
-    rank, local_rank = int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0))
-    if sampler == "vllm" and rank >= world - n_samplers > 0:
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpu_for(local_rank, visible)
+        raise ValueError(f"{local_world} ranks on this node but {n_gpus} GPUs visible: two ranks would share "
+                         f"a GPU; launch --nproc_per_node={n_gpus} or fewer")
+    if sampler == "vllm" and int(os.environ.get("RANK", 0)) >= world - n_samplers > 0:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu_for(int(os.environ.get("LOCAL_RANK", 0)), visible)
     require_env("NCCL_CUMEM_ENABLE", "0")  # as vLLM sets it: the weight broadcast's two ends agree
 
 
 def require_env(name, value):
-    """Set a variable the layout needs; one exported with another value is refused (ValueError), not overridden."""
-    if os.environ.setdefault(name, value) != value:
-        raise ValueError(f"{name}={os.environ[name]} is exported, but this run needs {name}={value}: unset it")
+    """Set a variable the layout needs; one exported with another value is refused (ValueError)."""
+    if (exported := os.environ.setdefault(name, value)) != value:
+        raise ValueError(f"{name}={exported} is exported, but this run needs {name}={value}: unset it")
 
 
 def setup(n_samplers, timeout_s, device_type, sampler):
@@ -113,35 +106,37 @@ def setup(n_samplers, timeout_s, device_type, sampler):
     trainers = world - n_samplers
     role = ("single" if world == 1 else "data_parallel" if n_samplers == 0 else "master" if rank == 0 else
             "follower" if rank < trainers else "sampler")
-    own_gpu = role == "sampler" and sampler == "vllm"  # place() narrowed CUDA_VISIBLE_DEVICES to one GPU
-    device = torch.device(("cuda:0" if own_gpu else f"cuda:{local_rank}") if device_type == "cuda" else "cpu")
-    if device.type == "cuda":
+    device = torch.device("cpu")
+    if device_type == "cuda":  # place() narrowed a vLLM sampler's CUDA_VISIBLE_DEVICES to its own GPU
+        device = torch.device("cuda:0" if role == "sampler" and sampler == "vllm" else f"cuda:{local_rank}")
         torch.cuda.set_device(device)
     if world == 1:
         return Layout(0, 1, role, 1, 0, 0, device, None, None, None, None)
+    heartbeat = Heartbeat(rank, timeout_s)
+    store = heartbeat.store  # torchrun's own rendezvous store, as a client
     timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                          timeout=timeout)  # torchrun's own rendezvous store, as a client
     if rank < trainers:  # the trainers' default group: FSDP2 and the stats see only trainers
         backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend, store=dist.PrefixStore("scalerl/trainers", store), rank=rank,
                                 world_size=trainers, timeout=timeout)
-    heartbeat = Heartbeat(rank, timeout_s)
-    if n_samplers == 0:  # data parallel: the trainer group is all it needs
-        return Layout(rank, world, role, trainers, 0, rank, device, store, None, None, heartbeat)
-    # control: no timeout of its own (a receiving thread waits for as long as the sender lives; liveness is
-    # the heartbeat's job); sends carry rank_timeout
-    control = dist.ProcessGroupGloo(dist.PrefixStore("scalerl/control", store), rank, world, datetime.timedelta(days=30))
-    senders = range(trainers, world) if rank == 0 else [0]  # the master hears from the samplers, the others from it
-    mailbox = Mailbox(control, senders, timeout_s, heartbeat)
-    weight_group = None
-    if rank == 0 or rank >= trainers:  # the master is rank 0 of it, samplers follow
+    mailbox = weight_group = None  # data parallel: the trainer group is all it needs
+    if n_samplers:
+        # control: no timeout of its own (a receiving thread waits for as long as the sender lives; liveness
+        # is the heartbeat's job); sends carry rank_timeout
+        control = dist.ProcessGroupGloo(dist.PrefixStore("scalerl/control", store), rank, world,
+                                        datetime.timedelta(days=30))
+        # the master hears from the samplers, the others from it
+        mailbox = Mailbox(control, range(trainers, world) if rank == 0 else [0], timeout_s, heartbeat)
+    # the weight group: the master is its rank 0, the samplers follow
+    if n_samplers and (rank == 0 or rank >= trainers):
         group_rank, size = (0 if rank == 0 else rank - trainers + 1), n_samplers + 1
         weight_store = dist.PrefixStore("scalerl/weights", store)
         if device.type == "cuda":  # torch 2.13 distributed_c10d.py:2194-2208 builds its NCCL groups this way
             options = dist.ProcessGroupNCCL.Options()
-            # its own watchdog only far beyond rank_timeout: broadcast() names a silent peer first, then aborts
-            options.is_high_priority_stream, options._timeout = False, datetime.timedelta(seconds=2 * timeout_s + 600)
+            options.is_high_priority_stream = False
+            # its own watchdog only far beyond rank_timeout: broadcast() names a silent peer first, then
+            # aborts
+            options._timeout = datetime.timedelta(seconds=2 * timeout_s + 600)
             weight_group = dist.ProcessGroupNCCL(weight_store, group_rank, size, options)
         else:
             weight_group = dist.ProcessGroupGloo(weight_store, group_rank, size, timeout)
@@ -152,13 +147,13 @@ def setup(n_samplers, timeout_s, device_type, sampler):
 
 def master_first(layout, build):
     """Run build() on the master only (e.g. the tiny model's warm-up); the other ranks wait for its result."""
-    if layout.world == 1:
-        return build()
     if layout.rank == 0:
         result = build()
-        layout.store.set("scalerl/master_first", result)
+        if layout.world > 1:
+            layout.store.set("scalerl/master_first", result)
         return result
-    while not layout.store.check(["scalerl/master_first"]):  # as long as the master lives (a build takes minutes)
+    # as long as the master lives (a build takes minutes)
+    while not layout.store.check(["scalerl/master_first"]):
         layout.heartbeat.check(0, "the master (rank 0), preparing the model,")
         time.sleep(0.2)
     return layout.store.get("scalerl/master_first").decode()
@@ -178,40 +173,36 @@ def finish(layout):
 # liveness and messages
 
 class Heartbeat:
-    """A thread bumps scalerl/alive/<rank> in torchrun's store every period_s, whatever the main thread does.
-    check(peer) fails when the peer's counter has not moved for timeout_s: gone or stopped, not merely busy."""
+    """A thread bumps scalerl/alive/<rank> in torchrun's store every period_s, whatever the rank does."""
 
     def __init__(self, rank, timeout_s, period_s=1.0):
         self.timeout_s, self.period_s, self.seen = timeout_s, period_s, {}
-        connect = lambda: dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                                        timeout=datetime.timedelta(seconds=timeout_s))
-        self.store, beat_store = connect(), connect()  # the thread has its own connection
+        self.store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                                   timeout=datetime.timedelta(seconds=timeout_s))  # torchrun's, as a client
         self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._beat, args=(beat_store, f"scalerl/alive/{rank}"),
+        # the thread beats over a connection of its own (Store.clone, torch >= 2.8: "one store per thread")
+        self.thread = threading.Thread(target=self._beat, args=(self.store.clone(), f"scalerl/alive/{rank}"),
                                        name="heartbeat", daemon=True)
         self.thread.start()
 
     def _beat(self, store, key):
-        while True:
-            try:
+        with suppress(RuntimeError):  # the store is gone: the job is ending
+            while not self.stopping.is_set():
                 store.add(key, 1)
-            except RuntimeError:  # the store is gone: the job is ending
-                return
-            if self.stopping.wait(self.period_s):
-                return
+                self.stopping.wait(self.period_s)
 
     def check(self, peer, who):
-        """Raise a RankError naming `who` if the peer's counter stood still for timeout_s (one store read a second)."""
+        """A RankError naming `who` if the peer's counter stood still for timeout_s: gone or stopped."""
         now = time.time()
         count, changed, checked = self.seen.get(peer, (None, now, 0.0))
         if now - checked < self.period_s:
             return
         latest = self.store.add(f"scalerl/alive/{peer}", 0)
-        if latest != count:
-            count, changed = latest, now
-        self.seen[peer] = (count, changed, now)
+        changed = now if latest != count else changed
+        self.seen[peer] = (latest, changed, now)
         if now - changed > self.timeout_s:
-            raise RankError(f"{who} shows no sign of life for {self.timeout_s:g} s (rank_timeout): dead or stopped")
+            raise RankError(f"{who} shows no sign of life for {self.timeout_s:g} s (rank_timeout): "
+                            "dead or stopped")
 
     def close(self):
         self.stopping.set()
@@ -219,8 +210,7 @@ class Heartbeat:
 
 
 def convert(x, to_arrays):
-    """A message's Groups with their per-token lists as arrays (token ids and versions int32, log-probs fp32,
-    masks bool: 13 bytes a token) or, to_arrays False, as lists again (what sample.py and train.py use)."""
+    """Groups' per-token lists as arrays (int32 ids and versions, fp32 log-probs, bool masks), or back."""
     if isinstance(x, Group):
         as_ = (lambda v, t: np.asarray(v, t)) if to_arrays else (lambda v, t: v.tolist())
         return replace(x, prompt_ids=as_(x.prompt_ids, np.int32), completions=[replace(
@@ -234,66 +224,49 @@ def pack(message):
     return torch.frombuffer(bytearray(pickle.dumps(convert(message, True), protocol=5)), dtype=torch.uint8)
 
 
-def unpack(payload):
-    return convert(pickle.loads(payload.numpy().tobytes()), False)
-
-
 class Mailbox:
-    """Ordered messages over the control group (gloo, point to point): an int64 length, then the payload. One
-    thread per sender receives into a queue, so poll() never blocks (the master trains while groups arrive).
-    A message of kind "stop" or "bye" is the sender's last; its thread ends there."""
+    """Ordered messages over the gloo control group, received by a thread per sender: poll() never blocks."""
 
     def __init__(self, group, senders, timeout_s, heartbeat):
         self.group, self.timeout, self.heartbeat = group, datetime.timedelta(seconds=timeout_s), heartbeat
         self.inbox = {src: queue.Queue() for src in senders}
-        self.threads = [threading.Thread(target=self._receive, args=(src,), name=f"mail-from-{src}", daemon=True)
-                        for src in senders]
+        self.threads = [threading.Thread(target=self._receive, args=(src,), name=f"mail-from-{src}",
+                                         daemon=True) for src in senders]
         for thread in self.threads:
             thread.start()
 
     def _receive(self, src):
+        message = ("",)
         try:
-            while True:
+            while message[0] not in ("stop", "bye"):  # the sender's last
                 length = torch.zeros(1, dtype=torch.int64)
                 self.group.recv([length], src, TAG).wait()
                 payload = torch.empty(int(length), dtype=torch.uint8)
                 self.group.recv([payload], src, TAG).wait()
-                message = unpack(payload)
+                message = convert(pickle.loads(payload.numpy().tobytes()), False)
                 self.inbox[src].put(message)
-                if message[0] in ("stop", "bye"):
-                    return
         except RuntimeError as e:  # the connection broke: the sender died
             self.inbox[src].put(RankError(f"rank {src} broke its connection: {str(e).splitlines()[0]}"))
 
     def send(self, dst, message):
-        payload = pack(message)
+        payload = pack(message)  # its int64 length goes first: the receiver sizes its buffer
         with naming_peers(f"rank {dst} did not take a message within rank_timeout (dead or stopped?)"):
             self.group.send([torch.tensor([payload.numel()])], dst, TAG).wait(self.timeout)
             self.group.send([payload], dst, TAG).wait(self.timeout)
 
-    def poll(self, src):
-        """Every message from src that has arrived, without waiting."""
-        messages = []
-        while True:
-            try:
-                message = self.inbox[src].get_nowait()
-            except queue.Empty:
-                return messages
-            if isinstance(message, RankError):
-                raise message
-            messages.append(message)
-
     def get(self, src, who):
         """The next message from src, waiting as long as src is alive (its heartbeat moves)."""
         while True:
-            try:
+            with suppress(queue.Empty):
                 message = self.inbox[src].get(timeout=0.2)
-            except queue.Empty:
-                self.heartbeat.check(src, who)
-                continue
-            if isinstance(message, RankError):
-                raise message
-            return message
+                if isinstance(message, RankError):
+                    raise message
+                return message
+            self.heartbeat.check(src, who)
+
+    def poll(self, src):
+        """Every message from src that has arrived, without waiting (the main thread is the only reader)."""
+        return [self.get(src, f"rank {src}") for _ in range(self.inbox[src].qsize())]
 
     def close(self):
         """Wait for every sender's last message (their threads end there)."""
@@ -306,8 +279,7 @@ class Mailbox:
 def all_reduce_sums(sums, maxima=None):
     """{name: number} summed (and `maxima` maxed) over the trainers -> {name: float}; no-op alone."""
     maxima = maxima or {}
-    values = torch.tensor([float(v) for v in sums.values()], dtype=torch.float64)
-    peaks = torch.tensor([float(v) for v in maxima.values()], dtype=torch.float64)
+    values, peaks = (torch.tensor([float(v) for v in d.values()], dtype=torch.double) for d in (sums, maxima))
     if dist.is_initialized() and dist.get_world_size() > 1:
         with naming_peers("a trainer rank died or stopped answering"):
             dist.all_reduce(values)
@@ -325,39 +297,33 @@ def gather_objects(obj):
 
 
 def bucket_plan(shapes, bucket_bytes, element_size):
-    """[(name, shape)] in order -> buckets [[(name, shape), ...], ...]: consecutive tensors while they fit in
-    bucket_bytes; a tensor larger than a bucket travels alone (its bucket is that tensor)."""
-    buckets, size = [[]], 0
+    """[(name, shape)] -> buckets [[(name, shape), ...]]: consecutive tensors up to bucket_bytes, or one."""
+    buckets, size = [], 0
     for name, shape in shapes:
         nbytes = int(np.prod(shape)) * element_size
-        if buckets[-1] and size + nbytes > bucket_bytes:
+        if not buckets or size + nbytes > bucket_bytes:
             buckets.append([])
             size = 0
         buckets[-1].append((name, tuple(shape)))
         size += nbytes
-    return [b for b in buckets if b]
+    return buckets
 
 
 def unflatten(bucket, flat):
     """A bucket's flat tensor -> (name, view) in plan order."""
-    offset = 0
-    for name, shape in bucket:
-        n = int(np.prod(shape))
-        yield name, flat[offset:offset + n].view(shape)
-        offset += n
+    parts = flat.split([int(np.prod(shape)) for _, shape in bucket])
+    return ((name, part.view(shape)) for (name, shape), part in zip(bucket, parts))
 
 
 def broadcast(group, tensor, deadline_s, peers, work=None):
-    """One broadcast from the weight group's rank 0, waited for with a deadline (NCCL's own wait does not
-    block the CPU and its watchdog would abort without a name): a failure or a silent peer -> RankError.
-    work: the broadcast's Work, when it was issued already (connect)."""
-    options = dist.BroadcastOptions()
-    options.rootRank = 0
+    """One broadcast from the weight group's rank 0 (`work`, if connect() issued it) under a deadline (NCCL's
+    own wait does not block the CPU, its watchdog aborts unnamed): a failure or a silent peer -> RankError."""
     with naming_peers(f"the weight broadcast with {peers} failed"):
-        work = work or group.broadcast([tensor], options)
+        work = work or group.broadcast([tensor], dist.BroadcastOptions())  # rootRank 0, the default
         deadline = time.time() + deadline_s
         while not work.is_completed():
-            if time.time() > deadline:  # a pending NCCL op cannot be cancelled: abort the group, then name the peer
+            # a pending NCCL op cannot be cancelled: abort the group, then name the peer
+            if time.time() > deadline:
                 group.abort()
                 raise RankError(f"the weight broadcast with {peers} did not complete within "
                                 f"{deadline_s:g} s (rank_timeout): dead or stopped?")
@@ -366,20 +332,17 @@ def broadcast(group, tensor, deadline_s, peers, work=None):
 
 
 def connect(group, device, deadline_s, peers):
-    """The weight group's first broadcast, at setup, under the deadline. NCCL builds its communicator inside the first
-    collective, blocking until every rank joins, with no Work to poll and out of abort()'s reach (torch 2.11 and 2.13,
-    ProcessGroupNCCL.cpp collective() -> initNCCLComm -> ncclCommInitRankConfig): so it is issued from a thread
-    watched here, and a peer alive but stuck before it (SIGSTOP, a CUDA hang) is named instead of hanging the master.
-    Gloo connects in its constructor; the same broadcast follows."""
+    """The weight group's first broadcast, at setup, under the deadline. NCCL builds its communicator in the
+    first collective, blocking until every rank joins, with no Work to poll and out of abort()'s reach (torch
+    2.11, 2.13: ProcessGroupNCCL.cpp collective() -> initNCCLComm -> ncclCommInitRankConfig), so a watched
+    thread issues it and a peer alive but stuck (SIGSTOP, a CUDA hang) is named. Gloo connects when built."""
     one, issued = torch.zeros(1, device=device), []
-    options = dist.BroadcastOptions()
-    options.rootRank = 0
 
     def issue():
         if device.type == "cuda":
             torch.cuda.set_device(device)  # the current device is per thread
         try:
-            issued.append(group.broadcast([one], options))
+            issued.append(group.broadcast([one], dist.BroadcastOptions()))
         except BaseException as e:  # raised again below, named
             issued.append(e)
     thread = threading.Thread(target=issue, name="weight-group-connect", daemon=True)
@@ -387,7 +350,8 @@ def connect(group, device, deadline_s, peers):
     thread.join(deadline_s)
     if not issued:  # still inside NCCL's communicator init: it cannot be cancelled, the process exits instead
         group.abort()
-        raise RankError(f"{peers} did not join the weight group within {deadline_s:g} s (rank_timeout): stopped?")
+        raise RankError(f"{peers} did not join the weight group within {deadline_s:g} s (rank_timeout): "
+                        "stopped?")
     with naming_peers(f"the weight broadcast with {peers} failed"):
         if isinstance(issued[0], BaseException):
             raise issued[0]
@@ -395,7 +359,7 @@ def connect(group, device, deadline_s, peers):
 
 
 def receive_buckets(group, plan, dtype, device, deadline_s):
-    """A sampler's side of the push -> (name, tensor) views, a bucket at a time as they arrive (vLLM loads each)."""
+    """A sampler's side of the push -> (name, tensor) views, a bucket at a time (vLLM loads each)."""
     for bucket in plan:
         flat = torch.empty(sum(int(np.prod(shape)) for _, shape in bucket), dtype=dtype, device=device)
         broadcast(group, flat, deadline_s, "the master (rank 0)")
@@ -405,13 +369,12 @@ def receive_buckets(group, plan, dtype, device, deadline_s):
 # the master's view of the sampler ranks: the same interface as a sampler in the same process
 
 class RemoteSamplers:
-    """The sampler ranks, driven by the master with a sampler's interface: add() hands a group to the least
-    loaded one, step() collects what they finished, update_weights() broadcasts the weights bucket by bucket."""
+    """The sampler ranks, driven by the master through a sampler's interface (add, step, update_weights)."""
 
     def __init__(self, layout, timeout_s):
         self.layout, self.timeout_s = layout, timeout_s
         self.ranks = list(range(layout.trainers, layout.world))
-        self.load = {r: 0 for r in self.ranks}  # groups handed out and not yet returned
+        self.load = {r: 0 for r in self.ranks}  # groups handed out and not yet returned (add: to the least)
         self.heard = {r: time.time() for r in self.ranks}
         self.finished, self.version = [], 0
 
@@ -437,7 +400,8 @@ class RemoteSamplers:
             for rank in self.ranks:
                 self.layout.heartbeat.check(rank, f"sampler rank {rank}")
                 if self.load[rank] and now - self.heard[rank] > self.timeout_s:  # alive, but no progress
-                    raise RankError(f"sampler rank {rank} sent nothing for {self.timeout_s:.0f} s (rank_timeout)")
+                    raise RankError(f"sampler rank {rank} sent nothing for {self.timeout_s:.0f} s "
+                                    "(rank_timeout)")
         return tokens
 
     def pop_finished(self):
@@ -447,7 +411,7 @@ class RemoteSamplers:
     def update_weights(self, plan, flats, dtype, version):
         """The samplers learn the plan (policy.weight_plan), then receive each bucket as it is broadcast."""
         for rank in self.ranks:
-            self.layout.mailbox.send(rank, ("weights", version, plan, str(dtype).removeprefix("torch.")))
+            self.layout.mailbox.send(rank, ("weights", version, plan, dtype))
         peers = f"sampler rank{'s' if len(self.ranks) > 1 else ''} {', '.join(map(str, self.ranks))}"
         for flat in flats:
             broadcast(self.layout.weight_group, flat.to(self.layout.device), self.timeout_s, peers)
@@ -460,8 +424,8 @@ class RemoteSamplers:
 
 
 def serve(sampler, layout, timeout_s, report_s=1.0):
-    """A sampler rank's life: prompts and weights from the master, decoding without pause, finished groups back
-    (and every report_s while it has work its token count: the master's sign of progress)."""
+    """A sampler rank's life: prompts and weights from the master, decoding without pause, finished groups
+    back (and every report_s while it has work its token count: the master's sign of progress)."""
     mailbox, reported, tokens = layout.mailbox, time.time(), 0
     while True:
         for message in mailbox.poll(0):
@@ -469,8 +433,8 @@ def serve(sampler, layout, timeout_s, report_s=1.0):
                 sampler.add(*message[1:])
             elif message[0] == "weights":  # join the master's broadcasts, load each bucket as it lands
                 _, version, plan, dtype = message
-                sampler.update_weights(receive_buckets(layout.weight_group, plan, getattr(torch, dtype), layout.device,
-                                                       timeout_s), version)
+                buckets = receive_buckets(layout.weight_group, plan, dtype, layout.device, timeout_s)
+                sampler.update_weights(buckets, version)
             elif message[0] == "stop":
                 mailbox.send(0, ("bye",))
                 return
