@@ -18,11 +18,17 @@ import torch
 from fit_curve import fit_sigmoid
 from policy import full_state
 
-Log = namedtuple("Log", "file history wandb")  # history: key -> [(gpu_hours, value)] for the live fits; wandb: None or the module
+class Log(namedtuple("Log", "file history wandb")):
+    """The open log.jsonl; history: key -> [(gpu_hours, value)] for the live fits; wandb: None, or wandb."""
+
+    def close(self):
+        self.file.close()
+        if self.wandb:
+            self.wandb.finish()
 
 
 def resume(out_dir):
-    """-> (the checkpoint's directory, its state, the log's rows up to its step), or None: no complete checkpoint."""
+    """-> (the checkpoint's directory, its state, the log's rows up to its step); None: no complete one."""
     for path in (os.path.join(out_dir, d) for d in ("ckpt", "ckpt.old")):
         if os.path.isfile(os.path.join(path, "state.pt")):
             state = torch.load(os.path.join(path, "state.pt"), weights_only=False)
@@ -30,6 +36,16 @@ def resume(out_dir):
                 rows = [json.loads(line) for line in f if line.endswith("\n")]
             return path, state, [r for r in rows if r.get("step", -1) <= state["step"]]
     return None
+
+
+def first_row(state, logged, eval_interval):
+    """(the run's first row to log, whether to evaluate it): step 0's (R0, always evaluated), a resumed step's
+    whose row a crash kept from the log, or (None, False) when the log has it already."""
+    if state is None:
+        return dict(step=0, gpu_hours=0.0, flops=0.0, tokens=0), True
+    if max((r.get("step", -1) for r in logged), default=-1) >= state["step"]:
+        return None, False
+    return dict(state["row"]), state["step"] % eval_interval == 0 or state["last"]
 
 
 def open_log(out_dir, header, rows=None, wandb=None):
@@ -69,14 +85,15 @@ def log_step(log, row, t_start):
     line = [f"step {row['step']}"] + ([f"reward {row['train_reward']:+.3f}", f"loss {row['loss']:.4f}"]
                                       if "train_reward" in row else [])
     if "val_reward" in row:
-        line.append(f"val {row['val_reward']:.3f}" + (f" (fit A {row['fit_A']:.3f})" if "fit_A" in row else ""))
+        fit = f" (fit A {row['fit_A']:.3f})" if "fit_A" in row else ""
+        line.append(f"val {row['val_reward']:.3f}{fit}")
     line += [f"lag {row['policy_lag_mean']:.2f}"] if "policy_lag_mean" in row else []
     print(" | ".join(line + [f"{row.get('step_time', 0.0):.2f} s", f"{row['time']:.0f} s total"]), flush=True)
 
 
 def save(out_dir, policy, tokenizer, state):
-    """Every trainer calls it (full_state's gathers are collectives); the master writes ckpt.tmp, state.pt last
-    (its presence marks a complete directory), and swaps it in."""
+    """Every trainer calls it (full_state's gathers are collectives); the master writes ckpt.tmp, state.pt
+    last (its presence marks a complete directory), and swaps it in."""
     weights, optimizer_state = full_state(policy)
     if weights is None:
         return

@@ -1,7 +1,7 @@
 """
 nanoGPT's configurator, strict, for every entry point: config files (plain assignments, config/*.py) and
---key=value override the defaults in order (python train.py config/scalerl_1gpu.py --lr=1e-6). An unknown key,
-a value of the wrong type or outside its allowed values is one line on stderr and exit code 2, before any work.
+--key=value override the defaults in order (python train.py config/scalerl_1gpu.py --lr=1e-6). An unknown
+key, a value of the wrong type or outside its allowed values: one line on stderr and exit code 2, no work.
 """
 
 import os
@@ -49,5 +49,5 @@ def configure(defaults, args, program, rules=None):
         if isinstance(allowed, tuple) and value not in allowed:
             fail(program, f"{key}={value!r}: must be one of {', '.join(map(str, allowed))}")
         if not isinstance(allowed, tuple) and value < allowed:
-            fail(program, f"{key}={value!r}: must be >= {allowed}" + (" (0: no limit)" if allowed == 0 else ""))
+            fail(program, f"{key}={value!r}: must be >= {allowed}" + " (0: no limit)" * (allowed == 0))
     return config

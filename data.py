@@ -28,13 +28,15 @@ from dataclasses import dataclass
 import numpy as np
 
 import configurator
+import judge
 import sandbox
 
 INTERRUPT_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
 THINK_START, THINK_END = "<think>", "</think>"
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 TINY_TASK = dict(min_terms=2, max_terms=20, max_term=3)  # n in 2..20 numbers, each 0..3
-TINY_THINK_BUDGET = (44, 48)  # completion tokens before the forced interruption (paper: 10k-12k): > 2 * 20 + 2
+# completion tokens before the forced interruption (paper: 10k-12k): more than a chain's 2 * 20 + 2
+TINY_THINK_BUDGET = (44, 48)
 TINY_ANSWER_BUDGET = 4        # tokens after </think> (paper: 2,048); the answer is 1 digit + <eos>
 
 
@@ -50,7 +52,7 @@ class Prompt:
     answer: str           # the reference answer ("" for code)
     difficulty: int = 0   # built-in task: number of terms; datasets: 0
     domain: str = ""      # "builtin", the file's stem, or the row's "domain" field: val_reward_<domain>
-    code: dict = None     # code problems: their tests, as sandbox.passes() keywords (tests, fn_name | test)
+    code: dict = None     # code problems: their tests, as judge.passes() keywords (tests, fn_name | test)
     weight: float = None  # the domain's weight from data_path ("file.jsonl:2"); None: datasets pooled
     opens_thinking: bool = False  # the prompt as fed to the model ends inside <think> (some chat templates)
 
@@ -75,7 +77,8 @@ def builtin_split(tokenizer, n_train, n_val, seed):
         while len(split) < n:
             text, answer, terms = make_problem(rng, **TINY_TASK)
             if text not in seen:
-                split.append(Prompt(f"builtin:{drawn}", text, encode_prompt(tokenizer, text), answer, len(terms), "builtin"))
+                ids = encode_prompt(tokenizer, text)
+                split.append(Prompt(f"builtin:{drawn}", text, ids, answer, len(terms), "builtin"))
                 if split is val:
                     seen.add(text)
             drawn += 1
@@ -86,8 +89,9 @@ CODE_FIELDS = ("tests", "test", "test_list")  # a row with one of them is code (
 
 
 def read_jsonl(path, prompt_field=None, answer_field="answer"):
-    """-> [dict(line, text, answer, code, domain)], or a DataError naming the line and the field. A row is math
-    when it has answer_field, code when it has one of CODE_FIELDS; its text is prompt_field, "prompt" or "problem"."""
+    """-> [dict(line, text, answer, code, domain)], or a DataError naming the line and the field. A row is
+    math when it has answer_field, code when it has one of CODE_FIELDS; its text is prompt_field, "prompt"
+    or "problem"."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: no such file")
     with open(path, encoding="utf-8") as f:
@@ -126,15 +130,17 @@ def read_row(line, where, path, prompt_field, answer_field):
     if "domain" in row and not (isinstance(domain, str) and re.fullmatch(r"[\w.-]+", domain)):
         raise DataError(f"{where}: field 'domain' must be a name of letters, digits, '_', '.' or '-'")
     if domain == "builtin":
-        raise DataError(f"{where}: the domain 'builtin' is the built-in task's; rename the file or set a 'domain' field")
+        raise DataError(f"{where}: the domain 'builtin' is the built-in task's; rename the file or set a "
+                        "'domain' field")
     return dict(text=row[field], answer="" if is_code else str(row[answer_field]).strip(),
                 code=code_tests(row, where) if is_code else None, domain=domain)
 
 
 def code_tests(row, where):
-    """A code row's tests as sandbox.passes() keywords, or a DataError naming the field. Formats: "tests" (stdin/stdout,
-    or calls of "fn_name"); "test" (asserts, pytest's test_* functions, or HumanEval's check(candidate) with its
-    "entry_point"); MBPP's "test_list" with its "test_imports" and "test_setup_code", run before the asserts."""
+    """A code row's tests as judge.passes() keywords, or a DataError naming the field. Formats: "tests"
+    (stdin/stdout, or calls of "fn_name"); "test" (asserts, pytest's test_* functions, or HumanEval's
+    check(candidate) with its "entry_point"); MBPP's "test_list" with its "test_imports" and
+    "test_setup_code", run before the asserts."""
     def require(ok, message):
         if not ok:
             raise DataError(f"{where}: field {message}")
@@ -144,7 +150,8 @@ def code_tests(row, where):
         tests, fn_name = row["tests"], row.get("fn_name")
         require(fn_name is None or (isinstance(fn_name, str) and fn_name.isidentifier()),
                 f"'fn_name' must be a Python identifier, got {fn_name!r}")
-        require(isinstance(tests, list) and tests, "'tests' must be a non-empty list of {\"input\": ..., \"output\": ...}")
+        require(isinstance(tests, list) and tests,
+                "'tests' must be a non-empty list of {\"input\": ..., \"output\": ...}")
         for i, t in enumerate(tests):
             require(isinstance(t, dict) and "input" in t and "output" in t,
                     f"'tests[{i}]' must be an object with 'input' and 'output'")
@@ -160,11 +167,12 @@ def code_tests(row, where):
         require(isinstance(test, str) and test.strip(), "'test' must be a non-empty string of Python asserts")
     else:  # MBPP
         parts = [row.get("test_imports") or [], [row.get("test_setup_code") or ""], row["test_list"]]
-        require(all(isinstance(p, list) and all(isinstance(x, str) for x in p) for p in parts) and row["test_list"],
-                "'test_list' (and 'test_imports') must be lists of strings of Python, 'test_setup_code' a string")
+        strings = all(isinstance(p, list) and all(isinstance(x, str) for x in p) for p in parts)
+        require(strings and row["test_list"], "'test_list' (and 'test_imports') must be lists of strings of "
+                                              "Python, 'test_setup_code' a string")
         test = "\n".join(line for part in parts for line in part if line.strip())
     try:
-        sandbox.assert_plan(test, entry_point)
+        judge.assert_plan(test, entry_point)
     except SyntaxError as e:
         raise DataError(f"{where}: field {field!r} is not valid Python ({e.msg}, line {e.lineno})") from None
     except ValueError as e:
@@ -182,14 +190,17 @@ def jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_fiel
     train, val = [], []
     for domain, rows in by_domain.items():
         if n_val >= len(rows):
-            raise DataError(f"{path}: n_val={n_val} held-out prompts must be fewer than the file's {len(rows)} rows"
-                            + (f" of domain {domain!r}" if len(by_domain) > 1 else ""))
+            of = f" of domain {domain!r}" if len(by_domain) > 1 else ""
+            raise DataError(f"{path}: n_val={n_val} held-out prompts must be fewer than the file's "
+                            f"{len(rows)} rows{of}")
         prompts = []
         for row in rows[:n_val + (n_train or len(rows))]:
             input_ids = encode_prompt(tokenizer, template.replace("{problem}", row["text"]))
             fed = tokenizer.decode(input_ids)
-            prompts.append(Prompt(f"{os.path.basename(path)}:{row['line']}", row["text"], input_ids, row["answer"],
-                                  domain=domain, code=row["code"], opens_thinking=fed.rfind(THINK_START) > fed.rfind(THINK_END)))
+            opens_thinking = fed.rfind(THINK_START) > fed.rfind(THINK_END)
+            where = f"{os.path.basename(path)}:{row['line']}"
+            prompts.append(Prompt(where, row["text"], input_ids, row["answer"], domain=domain, code=row["code"],
+                                  opens_thinking=opens_thinking))
         train, val = train + prompts[n_val:], val + prompts[:n_val]
     return train, val
 
@@ -214,7 +225,8 @@ def encode_prompt(tokenizer, text):
 
 def interruption(tokenizer):
     """The ids the sampler appends at the thinking budget: the phrase after a blank line, so that it starts a
-    word whatever the model was writing (ours), unless the tokenizer holds the phrase as a token (the tiny model's)."""
+    word whatever the model was writing (ours), unless the tokenizer holds the phrase as a token (the tiny
+    model's)."""
     phrase = INTERRUPT_PHRASE if len(tokenizer.tokenize(INTERRUPT_PHRASE.removesuffix(THINK_END))) == 1 else \
         "\n\n" + INTERRUPT_PHRASE
     return tokenizer.encode(phrase, add_special_tokens=False)
@@ -226,7 +238,8 @@ def decode(task, token_ids):
 
 
 def parse_data_path(data_path):
-    """"builtin,math.jsonl:2,code.jsonl:1" -> [("builtin", None), ("math.jsonl", 2.0), ("code.jsonl", 1.0)]."""
+    """"builtin,math.jsonl:2,code.jsonl:1" -> [("builtin", None), ("math.jsonl", 2.0), ("code.jsonl",
+    1.0)]."""
     sources = []
     for entry in map(str.strip, data_path.split(",")):
         path, _, weight = entry.rpartition(":")
@@ -248,8 +261,8 @@ def parse_data_path(data_path):
 
 def load_task(data_path, model_path, n_train, n_val, seed=0, prompt_field=None, answer_field="answer",
               template="{problem}", unsafe=False):
-    """-> split_task's Task for a model directory: its tokenizer, its eos ids the tokenizer's and the model's own
-    end-of-turn ids (generation_config.json; Qwen has two)."""
+    """-> split_task's Task for a model directory: its tokenizer, its eos ids the tokenizer's and the model's
+    own end-of-turn ids (generation_config.json; Qwen has two)."""
     task = split_task(data_path, load_tokenizer(model_path), n_train, n_val, seed, prompt_field, answer_field,
                       template, unsafe)
     if not os.path.isfile(os.path.join(model_path, "generation_config.json")):
@@ -261,15 +274,15 @@ def load_task(data_path, model_path, n_train, n_val, seed=0, prompt_field=None, 
 
 def split_task(data_path, tokenizer, n_train, n_val, seed=0, prompt_field=None, answer_field="answer",
                template="{problem}", unsafe=False):
-    """-> Task. n_train (0: every row of a file) and n_val count per domain; each dataset is split as if alone;
-    a file's problems are fed as `template` with {problem} replaced; eos_ids: the tokenizer's."""
+    """-> Task. n_train (0: every row of a file) and n_val count per domain; each dataset is split as if
+    alone; a file's problems are fed as `template` with {problem} replaced; eos_ids: the tokenizer's."""
     train, val, weights = [], [], {}
     for path, weight in parse_data_path(data_path):
         if path == "builtin":
             more_train, more_val = builtin_split(tokenizer, n_train, n_val, seed)
         else:
-            more_train, more_val = jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_field,
-                                               template)
+            more_train, more_val = jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field,
+                                               answer_field, template)
         for p in more_train + more_val:
             p.weight = weight
             if weights.setdefault(p.domain, weight) != weight:
@@ -287,8 +300,8 @@ def split_task(data_path, tokenizer, n_train, n_val, seed=0, prompt_field=None, 
 # the curriculum: epochs in a seeded order, No-Positive-Resampling
 
 class NoPositiveResampling:
-    """ScaleRL sec. 3.4: a prompt whose latest group passed at a rate >= threshold is retired for good (ours: the
-    latest group decides); on=False is the ablation (uniform sampling)."""
+    """ScaleRL sec. 3.4: a prompt whose latest group passed at a rate >= threshold is retired for good (ours:
+    the latest group decides); on=False is the ablation (uniform sampling)."""
 
     def __init__(self, on=True, threshold=0.9):
         self.on, self.threshold, self.retired = on, threshold, set()
@@ -299,20 +312,24 @@ class NoPositiveResampling:
 
 
 class Curriculum:
-    """Training prompt indices, epoch after epoch, each epoch in a fresh seeded order, No-Positive-Resampling's
-    retired prompts skipped; None once all are retired. Weighted domains (domains, weights: one entry per prompt;
-    ours): a stream of seeded epochs per domain, picked by smooth weighted round-robin (2:1 -> a a b a a b ..., no
-    sampling noise). Without weights, one stream: datasets pooled."""
+    """Training prompt indices, epoch after epoch, each epoch in a fresh seeded order,
+    No-Positive-Resampling's retired prompts skipped; None once all are retired. Weighted domains
+    (domains, weights: one entry per prompt; ours): a stream of seeded epochs per domain, picked by smooth
+    weighted round-robin (2:1 -> a a b a a b ..., no sampling noise). Without weights, one stream:
+    datasets pooled."""
 
     def __init__(self, n_prompts, seed=0, npr=True, threshold=0.9, domains=None, weights=None):
         self.n_prompts, self.seed = n_prompts, seed
         self.npr = NoPositiveResampling(npr, threshold)
         self.retired = self.npr.retired
         weight_of = dict(zip(domains, weights)) if weights is not None and None not in weights else {}
-        self.domains, self.weights = (list(weight_of), list(weight_of.values())) if len(weight_of) > 1 else ([None], [1.0])
+        self.domains, self.weights = [None], [1.0]
+        if len(weight_of) > 1:
+            self.domains, self.weights = list(weight_of), list(weight_of.values())
         stream_of = [self.domains.index(d) for d in domains] if self.domains != [None] else [0] * n_prompts
-        self.members = [[i for i, k in enumerate(stream_of) if k == stream] for stream in range(len(self.domains))]
-        self.epochs, self.positions = [0] * len(self.domains), [0] * len(self.domains)  # how far each stream is
+        self.members = [[i for i, k in enumerate(stream_of) if k == s] for s in range(len(self.domains))]
+        self.epochs = [0] * len(self.domains)  # how far each stream is
+        self.positions = [0] * len(self.domains)
         self.credits = [0.0] * len(self.domains)  # the weighted round-robin's
         self._orders = {}  # stream -> (epoch, its order), computed once per epoch
 
@@ -321,7 +338,8 @@ class Curriculum:
         if self._orders.get(stream, (None,))[0] != epoch:
             key = [self.seed, epoch] + ([stream] if len(self.domains) > 1 else [])
             members = self.members[stream]
-            self._orders[stream] = (epoch, [members[i] for i in np.random.default_rng(key).permutation(len(members))])
+            permutation = np.random.default_rng(key).permutation(len(members))
+            self._orders[stream] = (epoch, [members[i] for i in permutation])
         return self._orders[stream][1]
 
     def next(self):
@@ -356,13 +374,15 @@ class Curriculum:
         self.npr = NoPositiveResampling(d["npr"], d["threshold"])
         self.npr.retired |= set(d["retired"])
         self.retired = self.npr.retired
-        self.epochs, self.positions, self.credits = list(d["epochs"]), list(d["positions"]), list(d["credits"])
+        self.epochs, self.positions = list(d["epochs"]), list(d["positions"])
+        self.credits = list(d["credits"])
 
 
 if __name__ == "__main__":
     path = configurator.configure(dict(data=""), sys.argv[1:], "data.py")["data"]
     if not path:
-        configurator.fail("data.py", "usage: python data.py --data=FILE.jsonl (the tiny model: python data/builtin/prepare.py)")
+        configurator.fail("data.py", "usage: python data.py --data=FILE.jsonl (the tiny model: "
+                                     "python data/builtin/prepare.py)")
     try:
         print(f"{path}: {len(read_jsonl(path))} problems")
     except DataError as e:

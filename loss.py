@@ -26,8 +26,9 @@ from torch.utils.checkpoint import checkpoint
 
 @contextmanager
 def _bf16_products():
-    """CPU: oneDNN runs fp32 matmuls on bf16 operands with fp32 accumulation (torch 2.13's only CPU route to fp32
-    logits at bf16 speed: torch.mm(..., out_dtype=float32) is CUDA-only). Exact when the operands hold bf16 values."""
+    """CPU: oneDNN runs fp32 matmuls on bf16 operands, accumulating in fp32: torch 2.13's one CPU route to
+    fp32 logits at bf16 speed (torch.mm(..., out_dtype=float32) is CUDA-only); exact for operands of bf16
+    values."""
     before = torch.backends.mkldnn.matmul.fp32_precision
     torch.backends.mkldnn.matmul.fp32_precision = "bf16"
     try:
@@ -37,12 +38,13 @@ def _bf16_products():
 
 
 class _BF16HeadFP32Logits(torch.autograd.Function):
-    """(n, H) bf16 hidden x (V, H) bf16 weight -> (n, V) fp32 logits: bf16 products accumulated and returned in
-    fp32. GPU: torch.mm(..., out_dtype=float32). CPU: the same numbers by oneDNN (_bf16_products) on weight32, the
-    weight's fp32 upcast made once per micro-batch or decode step. That overload has no derivative, so the backward
-    is written out: the upstream fp32 gradient cast to bf16, two bf16 matmuls (fp32 accumulation inside), as the
-    rest of a bf16 model's backward does. What stays bf16: autograd sums the weight's gradient over a micro-batch's
-    chunks in the weight's dtype (measured, 37 chunks: 0.7% relative error, one bf16 rounding 0.17%)."""
+    """(n, H) bf16 hidden x (V, H) bf16 weight -> (n, V) fp32 logits: bf16 products summed and returned in
+    fp32. GPU: torch.mm(..., out_dtype=float32); CPU: the same numbers from oneDNN on weight32, the fp32
+    upcast made once per micro-batch or decode step. That overload has no derivative, so the backward is
+    written out: the upstream gradient cast to bf16, two bf16 matmuls (fp32 accumulation inside), as in
+    the rest of a bf16 model's backward. What stays bf16: autograd sums the weight's gradient over a
+    micro-batch's chunks in the weight's dtype (measured, 37 chunks: 0.7% relative error, one bf16
+    rounding 0.17%)."""
 
     @staticmethod
     def forward(ctx, hidden, weight, weight32=None):
@@ -108,18 +110,18 @@ def token_logprobs(model, input_ids, temperature=1.0, fp32_head=True, attention_
                    with_entropy=False, chunk_tokens=None):
     """Log-probs of input_ids[:, 1:] under a transformers causal LM: (B, T) ids -> (B, T-1) fp32.
 
-    The head and the log-softmax run over chunks of positions, each under activation
-    checkpointing, so neither the forward nor the saved-for-backward state ever holds a full
-    (B, T, V) fp32 tensor (V = 152k for Qwen; 14k-token completions). with_entropy also returns
-    the policy's entropy at each position (B, T-1), computed without grad (a diagnostic). The decoder
-    layers are checkpointed too when the model has gradient checkpointing enabled (train.py's
-    checkpoint_activations)."""
-    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    The head and the log-softmax run over chunks of positions, each under activation checkpointing, so
+    neither the forward nor the saved-for-backward state ever holds a full (B, T, V) fp32 tensor (V = 152k
+    for Qwen; 14k-token completions). with_entropy also returns the policy's entropy at each position
+    (B, T-1), without grad (a diagnostic). The decoder layers are checkpointed too when the model has
+    gradient checkpointing enabled (train.py's checkpoint_activations)."""
+    body = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+    hidden = body.last_hidden_state
     B, T, H = hidden.shape
     hidden = hidden[:, :-1].reshape(-1, H)  # (B*(T-1), H): the positions that predict a next token
     targets = input_ids[:, 1:].reshape(-1)  # (B*(T-1),)
     weight = head_weight(model, fp32_head)  # cast once for every chunk (and its recompute)
-    chunk_tokens = chunk_tokens or max(1, (1 << 26) // weight.shape[0])  # ~256 MB of fp32 logits per chunk (ours)
+    chunk_tokens = chunk_tokens or max(1, (1 << 26) // weight.shape[0])  # ~256 MB of fp32 logits (ours)
     logprobs, entropies = [], []
     for start in range(0, hidden.shape[0], chunk_tokens):
         h, y = hidden[start:start + chunk_tokens], targets[start:start + chunk_tokens]
@@ -137,9 +139,9 @@ def token_logprobs(model, input_ids, temperature=1.0, fp32_head=True, attention_
 
 
 class TokenLogprobs(torch.nn.Module):
-    """token_logprobs as the forward of a module that holds the causal LM. The trainer calls this, so that
-    under FSDP2 it can be the root: fully_shard's hooks run on a module's forward, and this forward is
-    the one that uses the embeddings, the final norm and the head (the layers are shard units of their own)."""
+    """token_logprobs as the forward of a module that holds the causal LM, so that under FSDP2 it can be the
+    root: fully_shard's hooks run on a module's forward, and this one uses the embeddings, the final norm and
+    the head (the layers are shard units of their own)."""
 
     def __init__(self, model):
         super().__init__()
@@ -201,9 +203,9 @@ def token_weights(mask, prompt_index, agg="prompt"):
     raise ValueError(f"agg must be 'prompt', 'sample' or 'token', got {agg!r}")
 
 # -----------------------------------------------------------------------------
-# policy losses: (ratio, log_ratio, logprobs, A, mask, its knobs) -> the (N, T) loss per token and the tokens whose
-# gradient a clip or truncation changed. LOSSES names them for the loss_type config key; a loss's knobs are the
-# config keys of its parameters' names. A new loss: one function here and one entry in LOSSES.
+# policy losses: (ratio, log_ratio, logprobs, A, mask, its knobs) -> the (N, T) loss per token and the
+# tokens whose gradient a clip or truncation changed. LOSSES names them for the loss_type config key; a loss's
+# knobs are the config keys of its parameters' names. A new loss: one function here and one entry in LOSSES.
 
 def cispo(ratio, log_ratio, logprobs, A, mask, eps_max=4.0):
     """ScaleRL's: J = sum w * sg(min(rho, eps_max)) * A * log pi (MiniMax-M1)."""
@@ -226,8 +228,8 @@ def grpo(ratio, log_ratio, logprobs, A, mask, clip_low=0.2):
 
 
 def gspo(ratio, log_ratio, logprobs, A, mask, gspo_low=3e-3, gspo_high=5e-3):
-    """GSPO: the surrogate on the length-normalised sequence ratio s = exp(mean_t log rho); a whole sequence is
-    clipped or not."""
+    """GSPO: the surrogate on the length-normalised sequence ratio s = exp(mean_t log rho); a sequence is
+    clipped whole or not at all."""
     seq_ratio = (log_ratio.sum(1) / mask.sum(1).clamp(min=1)).exp()[:, None]  # (N, 1); grad: the tokens' mean
     per_token, clipped = dapo(seq_ratio, None, logprobs, A, mask, gspo_low, gspo_high)
     return per_token.expand_as(logprobs), clipped.expand_as(mask)
@@ -281,11 +283,12 @@ def merge_stats(stats_list, entropy_sum=0.0):
 
 @torch.no_grad()
 def sampler_mismatch(logprobs, behaviour_logprobs, mask):
-    """The generator/trainer numeric mismatch (what the FP32 head removes, ScaleRL sec. 3.3) on completions that
-    one version of the weights sampled whole (validation's), so staleness plays no part -> dict(lag0_tokens,
-    logprob_mismatch_lag0: mean |log pi - log pi_gen|, kl_lag0: KL(pi_gen || pi) as the mean of rho - 1 - log rho)."""
+    """The generator/trainer numeric mismatch (what the FP32 head removes, ScaleRL sec. 3.3) on completions
+    that one version of the weights sampled whole (validation's), so staleness plays no part -> dict(
+    lag0_tokens, logprob_mismatch_lag0: mean |log pi - log pi_gen|, kl_lag0: the mean of rho - 1 - log
+    rho)."""
     mask = mask.bool()
-    log_ratio = torch.where(mask, logprobs - behaviour_logprobs, 0.0)  # (N, T); NaN (forced tokens) off the mask
+    log_ratio = torch.where(mask, logprobs - behaviour_logprobs, 0.0)  # (N, T); NaN (forced tokens) off mask
     n = max(int(mask.sum()), 1)
     return dict(lag0_tokens=int(mask.sum()), logprob_mismatch_lag0=float(log_ratio.abs().sum()) / n,
                 kl_lag0=float((log_ratio.exp() - 1 - log_ratio).sum()) / n)

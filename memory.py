@@ -62,9 +62,8 @@ def trainer_phases(shape, trainers, sharded, dtype_bytes, tokens, checkpoint, sy
     saved = tokens * ((L * H * d if checkpoint else L * per_layer) + (2 * d + 4) * H)
     # loss.py's chunks: ~256 MB of fp32 logits
     chunk, many = min(tokens, (1 << 26) // V) * V * 4, tokens > (1 << 26) // V
-    # cpu: the head runs in fp32 (loss.head_weight upcasts a bf16 weight: an fp32 copy, and its
-    # gradient)
-    grad = (4 if cpu else d) * head  # the head's gradient
+    # the head's gradient in the compute dtype; cpu: loss.head_weight's fp32 upcast of a bf16 head too
+    grad = d * head
     fp32_head = 4 * head if cpu and d < 4 else 0
     # in the head: a chunk's logits and their gradients, or autograd summing two chunks' gradients
     head_backward = fp32_head + max(5 * chunk + many * grad, (1 + 2 * many) * grad + chunk)

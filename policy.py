@@ -40,16 +40,18 @@ def load_policy(path, device, rank, ranks, sharded, dtype, checkpoint_activation
     # that CUDA picks by default works; CPUs take it as well, so the tests run what GPUs run
     optimizer = torch.optim.AdamW(model.parameters(), foreach=True, **adamw)
     if resume:
-        state = torch.load(os.path.join(path, "optimizer.pt"), weights_only=False) if rank == 0 or not sharded else {}
-        set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True,
-                                                                                   broadcast_from_rank0=sharded))
+        state = {}
+        if rank == 0 or not sharded:
+            state = torch.load(os.path.join(path, "optimizer.pt"), weights_only=False)
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=sharded)
+        set_optimizer_state_dict(model, optimizer, state, options=options)
     return Policy(model, logprobs, optimizer, rank, ranks, sharded)
 
 
 def shard(model, dtype, root):
-    """FSDP2 over the trainers' group: every decoder layer (resharded after forward), then the root (`root`, whose
-    forward uses the embeddings, the final norm and the head). fp32 shards; each forward gathers in `dtype`
-    (bf16 on GPUs) and gradients are reduced in fp32 (MixedPrecisionPolicy)."""
+    """FSDP2 over the trainers' group: every decoder layer (resharded after forward), then the root (`root`,
+    whose forward uses the embeddings, the final norm and the head). fp32 shards; each forward gathers in
+    `dtype` (bf16 on GPUs) and gradients are reduced in fp32 (MixedPrecisionPolicy)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     mixed = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     for layer in model.base_model.layers:
@@ -58,21 +60,23 @@ def shard(model, dtype, root):
 
 
 def compute_copy(model, dtype):
-    """One process, or data parallel, in bf16: FSDP2's numerics without FSDP2. The copy in `dtype` runs forward
-    and backward (and, in one process, decodes); add_grads() after each micro-batch, copy_weights() after each step."""
+    """One process, or data parallel, in bf16: FSDP2's numerics without FSDP2. The copy in `dtype` runs
+    forward and backward (and, in one process, decodes); add_grads() after each micro-batch,
+    copy_weights() after each step."""
     return model if dtype == torch.float32 else copy.deepcopy(model).to(dtype)
 
 
 def sampler_module(policy, dtype):
-    """What a torch sampler in the trainer's process decodes with: the trainer's compute module when it computes in
-    `dtype` (zero-copy updates), else a copy in `dtype` (the fp32 master itself for fp32) that push_weights fills."""
+    """What a torch sampler in the trainer's process decodes with: the trainer's compute module when it
+    computes in `dtype` (zero-copy updates), else a copy in `dtype` (the fp32 master itself for fp32) that
+    push_weights fills."""
     return policy.logprobs.model if next(policy.logprobs.model.parameters()).dtype == dtype else \
         compute_copy(policy.model, dtype)
 
 
 @torch.no_grad()
 def add_grads(model, compute):
-    """The compute copy's gradients of one micro-batch, added to the fp32 parameters' (accumulated in fp32)."""
+    """A micro-batch's gradients of the compute copy, added to the fp32 parameters' (summed in fp32)."""
     if compute is model:
         return
     for p, c in zip(model.parameters(), compute.parameters()):
@@ -157,11 +161,12 @@ def weight_buckets(model, plan, dtype):
 
 
 def push_weights(policy, samplers, version, dtype, bucket_bytes):
-    """After a step, the new weights into every sampler, in flight (PipelineRL), in buckets cast to `dtype`: to
-    the sampler ranks, or into vLLM in this process as an iterator. A torch sampler that decodes with the
-    trainer's own modules (compute, or fp32 master) has nothing to copy; a follower trainer (samplers None) joins the
-    gathers only."""
-    if any(getattr(samplers, "model", None) is m for m in (policy.logprobs.model, policy.model)):  # its own module
+    """After a step, the new weights into every sampler, in flight (PipelineRL), in buckets cast to `dtype`:
+    to the sampler ranks, or into vLLM in this process as an iterator. A torch sampler that decodes with
+    the trainer's own modules (compute, or fp32 master) has nothing to copy; a follower trainer (samplers
+    None) joins the gathers only."""
+    own = (policy.logprobs.model, policy.model)  # the modules a torch sampler in this process may decode with
+    if any(getattr(samplers, "model", None) is m for m in own):
         return samplers.update_weights(None, version)
     plan = weight_plan(policy.model, bucket_bytes, dtype)
     flats = weight_buckets(policy.model, plan, dtype)
@@ -171,4 +176,5 @@ def push_weights(policy, samplers, version, dtype, bucket_bytes):
     elif isinstance(samplers, RemoteSamplers):
         samplers.update_weights(plan, flats, dtype, version)
     else:
-        samplers.update_weights((t for bucket, flat in zip(plan, flats) for t in unflatten(bucket, flat)), version)
+        named = (t for bucket, flat in zip(plan, flats) for t in unflatten(bucket, flat))
+        samplers.update_weights(named, version)

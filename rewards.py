@@ -1,6 +1,6 @@
 """
 Rewards: +1 for a solved problem, -1 for anything else (ScaleRL), in every domain: the built-in task's digit,
-a math problem's final answer, a program's tests (sandbox.py). A policy optimises whatever a reward pays for
+a math problem's final answer, a program's tests (judge.py). A policy optimises whatever a reward pays for
 (RL found `12 / 2 =` paid for gold 6 within half an hour here), so rewards are written against an adversary:
 
     python benchmarks/rewards.py     # 256 adversarial answers and 256 honest ones, timed
@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from functools import lru_cache
 
-import sandbox
+import judge
 from data import THINK_END, THINK_START
 
 TAIL = 400             # characters at the end of the scored text that hold the final answer (ours)
@@ -263,13 +263,13 @@ def math_reward(gold, text, timeout=TIMEOUT):
 
 def reward(prompt, completion_text, timeout=TIMEOUT):
     """+1.0 | -1.0 for one completion of a prompt of any domain. Built-in: the digit exactly, after thinking.
-    Math: math_reward. Code: the program of the last fenced block passes the tests in sandbox.py."""
+    Math: math_reward. Code: the program of the last fenced block passes its tests (judge.py)."""
     answer = scored_text(prompt, completion_text)
     if answer is None:
         return -1.0
     if prompt.code:
         program = extract_program(prompt, completion_text)
-        return 1.0 if program is not None and sandbox.passes(program, **prompt.code) else -1.0
+        return 1.0 if program is not None and judge.passes(program, **prompt.code) else -1.0
     if prompt.domain == "builtin":  # the task is to think first: no '</think>', no answer
         return 1.0 if THINK_END in completion_text and answer == prompt.answer else -1.0
     return math_reward(prompt.answer, answer, timeout)
@@ -284,7 +284,7 @@ def score(pairs, timeout=TIMEOUT):
     programs = [extract_program(p, text) if p.code else None for p, text in pairs]
     jobs = [dict(program=program, **p.code) for (p, _), program in zip(pairs, programs)
             if program is not None]
-    passed = sandbox.score_many(jobs)  # started: they run while the rest is scored
+    passed = judge.score_many(jobs)  # started: they run while the rest is scored
     others = _scorers.map(lambda pair: reward(*pair, timeout=timeout),
                           [pair for pair, program in zip(pairs, programs) if program is None])
     rewards = []

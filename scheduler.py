@@ -5,8 +5,8 @@ ScaleRL's off-policy rule (train.py's loop drives it; test_all.py with fake samp
 
 class Rollouts:
     """Hands prompts to the samplers and decides which finished groups train at which step. Every group gets
-    a ticket in hand-out order and remembers the policy version it was handed out under, v0: its tokens come
-    from versions >= v0, so trained at step s (the trainer holds version s) none of them lags more than s - v0.
+    a ticket in hand-out order and remembers the policy version it was handed out under, v0: its tokens
+    come from versions >= v0, so trained at step s (the trainer holds version s) none lags more than s - v0.
       PipelineRL-k (ScaleRL sec. 3.1): the samplers never idle, and a group must train by step v0 + k,
         its deadline. A step takes the P oldest finished groups unless that would leave some untrained
         group unable to meet its deadline (at P groups a step, the j-th earliest remaining deadline needs

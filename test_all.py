@@ -40,6 +40,7 @@ import loss as L
 import memory
 import policy as P
 import rewards
+import judge
 import sandbox
 import scheduler
 from data import DataError, INTERRUPT_PHRASE, Prompt
@@ -164,7 +165,7 @@ def sandbox_processes():
 
 def fails_in_time(program, **tests):
     started = time.monotonic()
-    passed = sandbox.passes(program, **(tests or dict(tests=ADD_TESTS)), timeout=DEADLINE)
+    passed = judge.passes(program, **(tests or dict(tests=ADD_TESTS)), timeout=DEADLINE)
     elapsed = time.monotonic() - started
     assert not passed and elapsed < HANG_GUARD, elapsed
     assert sandbox_processes() == []
@@ -1307,18 +1308,18 @@ def test_isolation_reports_an_unprivileged_user_no_network_and_the_limits():
 
 @pytest.mark.slow
 def test_correct_programs_pass_in_all_three_styles_and_wrong_ones_fail():
-    assert sandbox.passes(ADD, tests=ADD_TESTS)
-    assert sandbox.passes(ADD, tests=[dict(input="1 2", output="  3\n\n")])  # whitespace-normalised
-    assert not sandbox.passes("print(3)", tests=ADD_TESTS)                    # right once, wrong once
-    assert not sandbox.passes(ADD + "raise SystemExit(1)", tests=ADD_TESTS)  # right output, unclean exit
+    assert judge.passes(ADD, tests=ADD_TESTS)
+    assert judge.passes(ADD, tests=[dict(input="1 2", output="  3\n\n")])  # whitespace-normalised
+    assert not judge.passes("print(3)", tests=ADD_TESTS)                    # right once, wrong once
+    assert not judge.passes(ADD + "raise SystemExit(1)", tests=ADD_TESTS)  # right output, unclean exit
     add = "def add(a, b):\n    return a + b\n"
-    assert sandbox.passes(add, fn_name="add", tests=[dict(input=[1, 2], output=3), dict(input=[[1], [2]], output=[1, 2])])
-    assert not sandbox.passes(add, fn_name="add", tests=[dict(input=[1, 2], output=4)])
-    assert sandbox.passes(add, test="assert add(1, 2) == 3\nassert add((1,), (2,)) == (1, 2)")  # compared as JSON
-    assert sandbox.passes(add, test="x = add(2, 2)\nassert x > 3, 'token path'")
-    assert not sandbox.passes(add, test="assert add(1, 2) == 4")
-    assert not sandbox.passes(add, test="assert add(1, 2) > 3")
-    assert not sandbox.passes(ADD, tests=[]) and not sandbox.passes("", test="")  # no tests: never a pass
+    assert judge.passes(add, fn_name="add", tests=[dict(input=[1, 2], output=3), dict(input=[[1], [2]], output=[1, 2])])
+    assert not judge.passes(add, fn_name="add", tests=[dict(input=[1, 2], output=4)])
+    assert judge.passes(add, test="assert add(1, 2) == 3\nassert add((1,), (2,)) == (1, 2)")  # compared as JSON
+    assert judge.passes(add, test="x = add(2, 2)\nassert x > 3, 'token path'")
+    assert not judge.passes(add, test="assert add(1, 2) == 4")
+    assert not judge.passes(add, test="assert add(1, 2) > 3")
+    assert not judge.passes(ADD, tests=[]) and not judge.passes("", test="")  # no tests: never a pass
 
 
 @pytest.mark.slow
@@ -1326,14 +1327,14 @@ def test_every_example_code_problem_is_solved_by_its_reference_solution_and_not_
     rows = [json.loads(line) for line in open(EXAMPLE_CODE)]
     assert len(rows) >= 30 and {"tests", "test", "fn_name", "entry_point", "test_list"} <= set().union(*rows)
     specs = [data.code_tests(row, "example") for row in rows]
-    assert all(list(sandbox.score_many([dict(spec, program=row["solution"]) for row, spec in zip(rows, specs)])))
-    assert not any(list(sandbox.score_many([dict(spec, program="print(0)") for spec in specs])))
+    assert all(list(judge.score_many([dict(spec, program=row["solution"]) for row, spec in zip(rows, specs)])))
+    assert not any(list(judge.score_many([dict(spec, program="print(0)") for spec in specs])))
 
 
 def test_a_broken_job_is_a_fail_never_an_exception():
     jobs = [dict(program="print(1)\0", tests=ADD_TESTS), dict(program=ADD, tests=[dict(input=1)]),
             dict(program=ADD, fn_name="add", tests=[dict(input=1, output=2)]), dict(program="def f(: pass", test="assert f() == 1")]
-    assert list(sandbox.score_many(jobs)) == [False] * 4
+    assert list(judge.score_many(jobs)) == [False] * 4
 
 
 @pytest.mark.slow
@@ -1347,7 +1348,7 @@ def test_a_fork_bomb_is_contained_and_every_process_it_made_dies():
     fails_in_time("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass")
     fails_in_time("import os, time\nfor _ in range(5):\n    if os.fork() == 0:\n        os.fork()\n        time.sleep(600)\n"
                   "print(3)")  # grandchildren still sleeping when the program is done
-    assert sandbox.passes(ADD, tests=ADD_TESTS)  # the worker's uid is usable again
+    assert judge.passes(ADD, tests=ADD_TESTS)  # the worker's uid is usable again
 
 
 def test_a_10_gb_allocation_fails_at_the_memory_limit_not_the_deadline():
@@ -1458,7 +1459,7 @@ def test_the_expected_values_of_call_and_literal_assert_tests_never_enter_the_sa
 
 
 SQUARE_CHECK = "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(-3) == 9\n"
-# the formats users bring, as sandbox.passes() keywords (data.py turns rows into them): each must fail a program
+# the formats users bring, as judge.passes() keywords (data.py turns rows into them): each must fail a program
 # that defines nothing and a wrong one, and pass the right one
 TEST_FORMATS = {
     "humaneval": dict(test=SQUARE_CHECK, entry_point="square"),  # check(candidate) is called with the entry point
@@ -1477,7 +1478,7 @@ SQUARES = dict(right="def square(x):\n    return x * x\n\ndef helper(x):\n    re
 
 @pytest.mark.parametrize("kind", TEST_FORMATS)
 def test_a_program_that_defines_nothing_fails_every_test_format_and_the_right_one_passes(kind):
-    assert [sandbox.passes(program, **TEST_FORMATS[kind]) for program in SQUARES.values()] == [True, False, False]
+    assert [judge.passes(program, **TEST_FORMATS[kind]) for program in SQUARES.values()] == [True, False, False]
 
 
 # tests that test nothing of the program: refused when loaded (data.py), and a fail if run anyway
@@ -1497,10 +1498,10 @@ TESTS_OF_NOTHING = [
 @pytest.mark.parametrize("code, message", TESTS_OF_NOTHING)
 def test_a_test_that_tests_nothing_of_the_program_is_refused_and_passes_nothing(code, message):
     with pytest.raises(ValueError, match=message):
-        sandbox.assert_plan(code["test"], code.get("entry_point"))
+        judge.assert_plan(code["test"], code.get("entry_point"))
     cheats = ["pass", "import math, collections\nmath.isclose = lambda *a, **k: True\n"
               "class Counter:\n    __eq__ = lambda self, other: True\n    __init__ = lambda self, *a: None\n"]
-    assert not any(sandbox.passes(cheat, **code) for cheat in cheats)
+    assert not any(judge.passes(cheat, **code) for cheat in cheats)
 
 
 SHADOW = ("import math\nmath.isclose = lambda *a, **k: True\nisclose = math.isclose\n"
@@ -1510,25 +1511,25 @@ SHADOW = ("import math\nmath.isclose = lambda *a, **k: True\nisclose = math.iscl
 
 def test_the_names_a_test_imports_or_binds_are_the_tests_never_the_programs():
     shadow = SHADOW
-    assert not sandbox.passes(shadow, test="import math\nassert math.isclose(square(2), 4.0)")
-    assert not sandbox.passes(shadow, test="from collections import Counter\nassert Counter([square(2)]) == Counter([4])")
-    assert not sandbox.passes(shadow, test="from math import isclose\nassert isclose(square(2), 4.0)")
-    assert not sandbox.passes(shadow, test="assert sum([square(2), 0]) == 4 and len([square(1)]) == 1")
+    assert not judge.passes(shadow, test="import math\nassert math.isclose(square(2), 4.0)")
+    assert not judge.passes(shadow, test="from collections import Counter\nassert Counter([square(2)]) == Counter([4])")
+    assert not judge.passes(shadow, test="from math import isclose\nassert isclose(square(2), 4.0)")
+    assert not judge.passes(shadow, test="assert sum([square(2), 0]) == 4 and len([square(1)]) == 1")
     right = "def square(x):\n    return x * x\n"
-    assert sandbox.passes(right, test="from collections import Counter\nassert Counter([square(2)]) == Counter([4])")
+    assert judge.passes(right, test="from collections import Counter\nassert Counter([square(2)]) == Counter([4])")
 
 
 def test_stop_iteration_or_base_exceptions_from_the_program_are_failures_not_an_early_end():
     for raised in ("StopIteration", "StopAsyncIteration", "GeneratorExit", "KeyboardInterrupt", "SystemExit"):
         program = f"def is_even(n):\n    raise {raised}\n"
-        assert not sandbox.passes(program, test="assert all(map(is_even, [1, 3, 5]))"), raised
-        assert not sandbox.passes(program, test="assert all(is_even(n) for n in [1, 3])"), raised
-    assert sandbox.passes("def is_even(n):\n    return n % 2 == 0\n", test="assert all(map(is_even, [2, 4]))")
+        assert not judge.passes(program, test="assert all(map(is_even, [1, 3, 5]))"), raised
+        assert not judge.passes(program, test="assert all(is_even(n) for n in [1, 3])"), raised
+    assert judge.passes("def is_even(n):\n    return n % 2 == 0\n", test="assert all(map(is_even, [2, 4]))")
 
 
 def test_asserts_run_under_python_O_and_PYTHONOPTIMIZE():
-    check = ("import sandbox\nprint(sandbox.passes('def square(x):\\n    return 0', test='assert square(2) == 4'), "
-             "sandbox.passes('def square(x):\\n    return 0', test=" + repr(SQUARE_CHECK) + ", entry_point='square'))")
+    check = ("import judge\nprint(judge.passes('def square(x):\\n    return 0', test='assert square(2) == 4'), "
+             "judge.passes('def square(x):\\n    return 0', test=" + repr(SQUARE_CHECK) + ", entry_point='square'))")
     for flags, env in (["-O"], {}), (["-OO"], {}), ([], {"PYTHONOPTIMIZE": "2"}):
         done = subprocess.run([sys.executable, *flags, "-c", check], cwd=REPO, capture_output=True, text=True,
                               env={**os.environ, **env}, timeout=HANG_GUARD)
@@ -1998,7 +1999,7 @@ print(sum(box) + 2)
 def attack(program, tests=PWNED, timeout=FINISHES, **fields):
     """The attack's verdict through the reward, and what it printed (run alone, for the assertion messages)."""
     source = program.format(**NUMBERS[platform.machine()], **fields)
-    return sandbox.passes(source, tests=tests, timeout=timeout), sandbox.run(["-c", source], timeout=timeout)
+    return judge.passes(source, tests=tests, timeout=timeout), sandbox.run(["-c", source], timeout=timeout)
 
 
 # -----------------------------------------------------------------------------
@@ -2012,7 +2013,7 @@ def test_reading_the_answers_earns_nothing_on_any_example_problem():
     jobs = [dict(spec, program=READ_ANSWERS.format(path=EXAMPLE_CODE, prompt=row["prompt"]), timeout=FINISHES)
             for row, spec in zip(rows, specs)]
     assert sum(map(cheat_outside_the_sandbox, jobs)) >= 20  # where the dataset can be read, the attack works
-    assert not any(sandbox.score_many(jobs))
+    assert not any(judge.score_many(jobs))
     nothing_left()
 
 
@@ -2097,7 +2098,7 @@ def test_namespaces_cannot_be_made_or_joined_and_plain_fork_threads_and_pools_st
     passed, result = attack(NAMESPACES)
     results = json.loads(result.stdout.splitlines()[0])
     assert not passed and set(results.values()) == {"EPERM", "ENOSYS"} and results["clone3 user"] == "ENOSYS", results
-    assert sandbox.passes(WORKS, tests=[dict(input="", output="3")], timeout=FINISHES)
+    assert judge.passes(WORKS, tests=[dict(input="", output="3")], timeout=FINISHES)
     nothing_left()
 
 
@@ -2111,7 +2112,7 @@ def test_no_signal_limit_trace_or_proc_file_reaches_the_trainer():
 
 @full
 def test_a_child_that_lets_go_of_the_pipes_dies_with_the_run():
-    assert sandbox.passes(DAEMON, tests=PWNED, timeout=FINISHES)  # the answer is right: the run still ends it
+    assert judge.passes(DAEMON, tests=PWNED, timeout=FINISHES)  # the answer is right: the run still ends it
     assert processes_of(our_uids()) == []  # at once: the helper exits after its namespace is empty
     nothing_left()
 
@@ -2120,8 +2121,8 @@ def test_a_child_that_lets_go_of_the_pipes_dies_with_the_run():
 @pytest.mark.parametrize("test", ["assert answer() == 'x' * 32", "assert answer() == ''.join(['x'] * 32)",
                                   "x = answer()\nassert len(x) == 32 and x == 'x' * 32"])
 def test_no_assert_is_decided_by_anything_the_programs_process_holds_or_writes(test):
-    assert not sandbox.passes(HUNT_EVERYWHERE, test=test, timeout=FINISHES)
-    assert not sandbox.passes(HUNT.replace("answer", "check"), fn_name="check", tests=[dict(input=[], output="x" * 32)],
+    assert not judge.passes(HUNT_EVERYWHERE, test=test, timeout=FINISHES)
+    assert not judge.passes(HUNT.replace("answer", "check"), fn_name="check", tests=[dict(input=[], output="x" * 32)],
                               timeout=FINISHES)
     nothing_left()
 
@@ -2130,11 +2131,11 @@ def test_no_assert_is_decided_by_anything_the_programs_process_holds_or_writes(t
 def test_what_the_program_raises_is_raised_here_as_an_ordinary_exception():
     for error in ("SystemExit", "KeyboardInterrupt", "GeneratorExit", "MemoryError"):
         program = f"def f(x):\n    raise {error}\n"
-        assert not sandbox.passes(program, test="assert f(1) is None", timeout=FINISHES)
-        assert not sandbox.passes(program, fn_name="f", tests=[dict(input=[1], output=None)], timeout=FINISHES)
+        assert not judge.passes(program, test="assert f(1) is None", timeout=FINISHES)
+        assert not judge.passes(program, fn_name="f", tests=[dict(input=[1], output=None)], timeout=FINISHES)
     catches = "try:\n    f(1)\nexcept ValueError:\n    pass\nelse:\n    assert False"
-    assert sandbox.passes("def f(x):\n    raise ValueError(x)\n", test=catches, timeout=FINISHES)
-    assert not sandbox.passes("def f(x):\n    return x\n", test=catches, timeout=FINISHES)
+    assert judge.passes("def f(x):\n    raise ValueError(x)\n", test=catches, timeout=FINISHES)
+    assert not judge.passes("def f(x):\n    return x\n", test=catches, timeout=FINISHES)
 
 
 @full
@@ -2144,8 +2145,8 @@ def test_asserts_keep_python_semantics_on_returned_tuples_sets_dicts_and_objects
                "    def pop(self):\n        return self.items.pop()\nLIMIT = {'n': 3}\n")
     test = ("assert pair(1, (2,)) == (1, (2,))\nassert keys({1: 'a', 2: 'b'}) == {1, 2}\nassert LIMIT['n'] == 3\n"
             "s = Stack()\ns.push(4)\ns.push(5)\nassert s.pop() == 5 and s.items == [4]\nassert pair(1, 2) != [1, 2]")
-    assert sandbox.passes(program, test=test, timeout=FINISHES)
-    assert sandbox.passes(program, fn_name="pair", tests=[dict(input=[1, 2], output=[1, 2])], timeout=FINISHES)  # as JSON
+    assert judge.passes(program, test=test, timeout=FINISHES)
+    assert judge.passes(program, fn_name="pair", tests=[dict(input=[1, 2], output=[1, 2])], timeout=FINISHES)  # as JSON
 
 
 # -----------------------------------------------------------------------------
@@ -2153,7 +2154,7 @@ def test_asserts_keep_python_semantics_on_returned_tuples_sets_dicts_and_objects
 
 DRIVER = r"""
 import json, os, sys
-import sandbox
+import judge, sandbox
 jobs = json.load(open(sys.argv[1]))
 out = {}
 try:
@@ -2162,7 +2163,7 @@ try:
 except ValueError as e:
     out["refused"] = str(e)
 out["isolation"] = sandbox.require(True)
-out["passed"] = [sandbox.passes(**job) for job in jobs]
+out["passed"] = [judge.passes(**job) for job in jobs]
 out["runs"] = [sandbox.run(["-c", job["program"]], timeout=job.get("timeout", 120)).stdout.decode(errors="replace")
                for job in jobs]
 print(json.dumps(out))
@@ -2177,7 +2178,8 @@ def unprivileged():
         pytest.skip("no /usr/bin/python3 for nobody to run")
     home = tempfile.mkdtemp(prefix="sandbox-unprivileged-")
     os.chmod(home, 0o755)
-    shutil.copy(os.path.join(REPO, "sandbox.py"), home)
+    for module in ("sandbox.py", "judge.py"):  # the stdlib alone: a bare /usr/bin/python3 runs them
+        shutil.copy(os.path.join(REPO, module), home)
     with open(os.path.join(home, "driver.py"), "w") as f:
         f.write(DRIVER)
     keys = keys_of({NOBODY})
@@ -2824,7 +2826,9 @@ def test_validation_groups_come_back_from_collect_and_training_groups_wait_for_t
 def test_evaluate_counts_the_training_tokens_decoded_during_validation(train_config, monkeypatch):
     train_config.configure(["--eval_samples=2"])
     prompts = [Prompt(f"v{i}", "", [1, 2], "0", domain=d) for i, d in enumerate(["math", "code", "math"])]
-    monkeypatch.setattr(rewards, "score", lambda pairs, timeout: [1.0 if p.domain == "math" else -1.0 for p, _ in pairs])
+    # in every math group the first sample right, the second wrong: mean@2 0.5, pass@2 1.0; every code sample wrong
+    monkeypatch.setattr(rewards, "score", lambda pairs, timeout: [1.0 if p.domain == "math" and i % 2 == 0 else -1.0
+                                                                  for i, (p, _) in enumerate(pairs)])
     task = data.Task(prompts, prompts, tiny.build_tokenizer(), {1}, ["code", "math"])
     rollouts = scheduler.Rollouts(data.Curriculum(3), prompts, 2, 1, 1, "pipeline")
     samplers = FakeSamplers(1, 64, lambda t: 10)  # training groups: 10 steps; validation groups: 3
@@ -2832,7 +2836,9 @@ def test_evaluate_counts_the_training_tokens_decoded_during_validation(train_con
     samplers.step()
     sharded = P.Policy(None, None, None, 0, 2, True)  # no mismatch measured: that needs the whole model
     scores, training_tokens = train.evaluate(samplers, rollouts, task, ONE_PROCESS, sharded, 0)
-    assert scores.pop("val_seconds") >= 0 and scores == dict(val_reward=2 / 3, val_reward_code=0.0, val_reward_math=1.0)
+    assert scores.pop("val_seconds") >= 0
+    assert scores == {"val_reward": 1 / 3, "val_pass@2": 2 / 3, "val_reward_code": 0.0, "val_reward_math": 0.5,
+                      "val_pass@2_code": 0.0, "val_pass@2_math": 1.0}
     assert training_tokens == 2 * 2 * 3  # 3 engine steps of validation, 2 groups x 2 completions decoding beside it
     assert not rollouts.finished and samplers.num_unfinished == 2
 
@@ -3720,7 +3726,8 @@ def test_multi_process_layouts_sample_with_the_trainers_weights_keep_lag_within_
     # Learning is the one-process test's: 10 steps raised validation by 0.04-0.10 here, within its noise (measured)
     fresh = [r["logprob_mismatch_lag0"] for r in rows if "logprob_mismatch_lag0" in r]
     assert fresh == [] if nproc == 3 else (len(fresh) == 3 and max(fresh) < 1e-4), fresh
-    assert rows[-1]["gpu_hours"] * 3600 > nproc * sum(r["step_time"] for r in rows[1:])  # wall x processes
+    # gpu_hours: wall x processes; a step's time is its sampling and training, validation apart
+    assert rows[-1]["gpu_hours"] * 3600 == pytest.approx(nproc * sum(r["step_time"] for r in rows[1:]), rel=1e-3)
     assert_tokens_counted_once(out, rows)  # every rank's generated tokens, once (data parallel: all-reduced)
     result = torchrun(nproc, out, *args, "--max_steps=12", "--init_from=resume")  # the layout resumes too
     assert result.returncode == 0, result.stderr[-3000:]

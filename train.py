@@ -63,14 +63,15 @@ length_control = "interrupt"   # 'interrupt' (forced '</think>') | 'penalty' (DA
 think_budget_min = data.TINY_THINK_BUDGET[0]  # thinking budget drawn per sequence (paper: 10k..12k)
 think_budget_max = data.TINY_THINK_BUDGET[1]  # (paper: 12,288)
 answer_budget = data.TINY_ANSWER_BUDGET       # tokens after '</think>' (paper: 2,048)
-penalty_cache = 8              # 'penalty': L_cache, the soft zone below L_max = think_budget_max + answer_budget (paper: 2k of 14k)
+penalty_cache = 8              # 'penalty': L_cache, the soft zone below L_max = think_budget_max +
+                               # answer_budget (paper: 2k of 14k)
 train_truncated = False        # train on completions cut at the answer budget too (paper, A.16: excluded)
 temperature = 1.0              # sampling temperature, also used by the trainer and validation
 # batch and optimiser
 prompts_per_step = 32          # P prompts per optimizer step (paper: 48)
 samples_per_prompt = 8         # G completions per prompt (paper: 16)
-lr = 5e-5                      # constant after warm-up (paper: 5e-7 for 8B; tiny models need more; at 1e-4
-                               # the built-in task's CISPO runs drifted off-policy and fell back after ~60 steps)
+lr = 5e-5                      # constant after warm-up (paper: 5e-7 for 8B; tiny models need more; at
+                               # 1e-4 the built-in task's CISPO runs drifted off-policy, fell back at ~60)
 warmup_steps = 10              # linear warm-up (paper: 100)
 weight_decay = 0.01
 adam_eps = 1e-15               # (paper: 1e-15)
@@ -87,7 +88,8 @@ data_path = "builtin"          # 'builtin' | local JSONL files, comma-separated,
 prompt_field = ""              # JSONL field of the problem; '' = "prompt" or "problem", whichever is there
 answer_field = "answer"        # JSONL field of the reference answer (math rows)
 prompt_template = "{problem}"  # what the model is asked, {problem} replaced by a JSONL row's problem
-sandbox_unsafe = False         # code rewards without root and namespaces: programs run as you, reading what you can
+sandbox_unsafe = False         # code rewards without root and namespaces: programs run as you, reading what
+                               # you can
 verify_timeout = rewards.TIMEOUT  # seconds math-verify may spend on one symbolic answer, in any thread (ours)
 n_train = 4000                 # training prompts: the built-in task draws this many; JSONL: at most, 0 = all
 n_val = 200                    # held-out validation prompts (paper: 1,000)
@@ -102,11 +104,11 @@ wandb_project = "scalerl"
 wandb_run_name = ""            # '' = wandb's own name
 # hardware
 device = "cpu"                 # 'cpu' | 'cuda'
-dtype = "float32"              # trainer compute: 'float32' | 'bfloat16' (parameters and AdamW state stay fp32)
+dtype = "float32"              # trainer compute: 'float32' | 'bfloat16' (parameters and AdamW stay fp32)
 sampler_dtype = "bfloat16"     # sampler compute (the paper's generators: bf16); the weights reach it cast
 sampler = "torch"              # 'torch' (plain KV-cache decoding) | 'vllm'
-sampler_slots = 1280           # sequences decoded at once per sampler (continuous batching); 5 batches in flight
-                               # keep PipelineRL-8's mean lag above 2 steps on the built-in task
+sampler_slots = 1280           # sequences decoded at once per sampler (continuous batching); 5 batches in
+                               # flight keep PipelineRL-8's mean lag above 2 steps on the built-in task
 vllm_gpu_memory = 0.4          # vLLM's gpu_memory_utilization (a share of the GPU's *total* memory) beside
                                # the trainer, in one process
 vllm_gpu_memory_own = 0.85     # ... on a sampler rank's own GPU
@@ -118,14 +120,15 @@ checkpoint_activations = False # recompute each decoder layer in the backward (a
 micro_batch = 64               # at most this many completions per forward/backward (0 = no cap)
 micro_batch_tokens = 0         # at most this many padded tokens per forward/backward (0 = no cap)
 # -----------------------------------------------------------------------------
-config_keys = [k for k, v in globals().items() if not k.startswith("_") and type(v) in (bool, int, float, str)]
-RULES = dict(agg=("prompt", "sample", "token"),
-             adv_norm=("batch", "prompt", "none"), off_policy=("pipeline", "ppo"), length_control=("interrupt", "penalty"),
-             init_from=("scratch", "resume"), device=("cpu", "cuda"), **dict.fromkeys(["dtype", "sampler_dtype"],
-             ("float32", "bfloat16")), sampler=("torch", "vllm"), samples_per_prompt=2, think_budget_min=1, rank_timeout=2.0,
-             verify_timeout=0.1,
-             **dict.fromkeys("prompts_per_step max_lag answer_budget eval_interval eval_samples ckpt_interval "
-                             "sampler_slots max_steps n_val weight_bucket_mb".split(), 1),
+config_keys = [k for k, v in globals().items()
+               if not k.startswith("_") and type(v) in (bool, int, float, str)]
+RULES = dict(agg=("prompt", "sample", "token"), adv_norm=("batch", "prompt", "none"),
+             off_policy=("pipeline", "ppo"), length_control=("interrupt", "penalty"),
+             init_from=("scratch", "resume"), device=("cpu", "cuda"), dtype=("float32", "bfloat16"),
+             sampler_dtype=("float32", "bfloat16"), sampler=("torch", "vllm"), samples_per_prompt=2,
+             think_budget_min=1, rank_timeout=2.0, verify_timeout=0.1,
+             **dict.fromkeys("prompts_per_step max_lag answer_budget eval_interval eval_samples "
+                             "ckpt_interval sampler_slots max_steps n_val weight_bucket_mb".split(), 1),
              **dict.fromkeys(["micro_batch", "micro_batch_tokens", "n_train"], 0))
 
 
@@ -144,22 +147,25 @@ def configure(args):
 
 
 def check_config():
-    """What the table cannot say: a config that contradicts itself, or the machine, is an error before any work."""
-    world, log = int(os.environ.get("WORLD_SIZE", 1)), os.path.join(out_dir, "log.jsonl")
+    """What the table cannot say: a config that contradicts itself or the machine fails before any work."""
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    L_max = think_budget_max + answer_budget
     for bad, message in [
-            (think_budget_min > think_budget_max, f"think_budget_min={think_budget_min} > think_budget_max={think_budget_max}"),
-            (length_control == "penalty" and not 0 < penalty_cache < think_budget_max + answer_budget,
-             f"penalty_cache={penalty_cache}: must lie in (0, L_max = {think_budget_max + answer_budget})"),
+            (think_budget_min > think_budget_max,
+             f"think_budget_min={think_budget_min} > think_budget_max={think_budget_max}"),
+            (length_control == "penalty" and not 0 < penalty_cache < L_max,
+             f"penalty_cache={penalty_cache}: must lie in (0, L_max = {L_max})"),
             (model_path and not os.path.isdir(model_path), f"model_path={model_path!r}: no such directory"),
-            (not 0 <= n_samplers < world, f"n_samplers={n_samplers}: need 0 <= n_samplers < the number of processes "
-                                          f"({world}); launch with torchrun --nproc_per_node=N"),
-            (n_samplers == 0 and prompts_per_step % world, f"prompts_per_step={prompts_per_step} must be divisible by "
-                                                           f"the {world} data-parallel ranks"),
+            (not 0 <= n_samplers < world, f"n_samplers={n_samplers}: need 0 <= n_samplers < the number of "
+                                          f"processes ({world}); launch with torchrun --nproc_per_node=N"),
+            (n_samplers == 0 and prompts_per_step % world,
+             f"prompts_per_step={prompts_per_step} must be divisible by the {world} data-parallel ranks"),
             (device == "cuda" and not torch.cuda.is_available(), "device='cuda' but torch sees no GPU"),
-            (init_from == "scratch" and os.path.exists(log), f"out_dir={out_dir!r} holds another run (log.jsonl); "
-                                                             "pass --init_from=resume or another --out_dir"),
-            (init_from == "resume" and not checkpoint.resume(out_dir), f"init_from='resume' but {out_dir!r} holds no "
-                                                                      "checkpoint (a complete ckpt/ or ckpt.old/)")]:
+            (init_from == "scratch" and os.path.exists(os.path.join(out_dir, "log.jsonl")),
+             f"out_dir={out_dir!r} holds another run (log.jsonl); pass --init_from=resume or another "
+             "--out_dir"),
+            (init_from == "resume" and not checkpoint.resume(out_dir),
+             f"init_from='resume' but {out_dir!r} holds no checkpoint (a complete ckpt/ or ckpt.old/)")]:
         if bad:
             fail(message)
 
@@ -167,25 +173,27 @@ def check_config():
 # the training step
 
 def reward_groups(groups, task, curriculum):
-    """Reward every completion (+1 / -1: the verifier or the sandbox, the batch at once, rewards.score) and keep
-    the pass rate of the prompt's latest group for No-Positive-Resampling. 'penalty' adds DAPO's overlong
-    penalty to correct answers: clip((L_max - |y|) / L_cache - 1, -1, 0), 0 up to L_max - L_cache, -1 at L_max."""
-    scores = iter(rewards.score([(task.prompts[g.index], data.decode(task, c.token_ids))
-                                 for g in groups for c in g.completions], verify_timeout))
+    """Reward every completion (+1 / -1, the batch at once: rewards.score) and keep the pass rate of the
+    prompt's latest group for No-Positive-Resampling. 'penalty' adds DAPO's overlong penalty to correct
+    answers: clip((L_max - |y|) / L_cache - 1, -1, 0), 0 up to L_max - L_cache, -1 at L_max."""
+    pairs = [(task.prompts[g.index], data.decode(task, c.token_ids)) for g in groups for c in g.completions]
+    scores = iter(rewards.score(pairs, verify_timeout))
     L_max = think_budget_max + answer_budget
     for g in groups:
         g.rewards = [next(scores) for _ in g.completions]
         curriculum.update(g.index, sum(r > 0 for r in g.rewards) / len(g.rewards))
         if length_control == "penalty":
-            g.rewards = [r + min(max((L_max - len(c.token_ids)) / penalty_cache - 1, -1.0), 0.0) if r > 0 else r
-                         for r, c in zip(g.rewards, g.completions)]
+            penalties = [min(max((L_max - len(c.token_ids)) / penalty_cache - 1, -1.0), 0.0)
+                         for c in g.completions]
+            g.rewards = [r + p if r > 0 else r for r, p in zip(g.rewards, penalties)]
 
 
 def collate(groups, advantages, pad_id):
     """Completion rows of the kept groups -> right-padded tensors, aligned the way loss.py wants:
     position t of (N, T-1) predicts token t+1, so completion token j of a row sits at len(prompt)-1+j.
     Completions cut at the answer budget are masked out unless train_truncated (paper, A.16)."""
-    rows = [(g.prompt_ids, c, a) for g, adv in zip(groups, advantages) for c, a in zip(g.completions, adv.tolist())]
+    rows = [(g.prompt_ids, c, a) for g, adv in zip(groups, advantages)
+            for c, a in zip(g.completions, adv.tolist())]
     lengths = torch.tensor([len(p) + len(c.token_ids) for p, c, _ in rows])
     T = int(lengths.max())
     ids = torch.full((len(rows), T), pad_id, dtype=torch.long)  # padding: never attended, never trained
@@ -212,14 +220,14 @@ def micro_batches(lengths, rank, ranks):
         batches = [[]]
         for i in order[r::ranks]:
             rows = batches[-1]
-            full = rows and ((micro_batch and len(rows) >= micro_batch) or
-                             (micro_batch_tokens and (len(rows) + 1) * int(lengths[rows[0]]) > micro_batch_tokens))
-            if full:
+            padded = (len(rows) + 1) * int(lengths[rows[0]]) if rows else 0  # rows go longest first
+            too_many = micro_batch and len(rows) >= micro_batch
+            if rows and (too_many or micro_batch_tokens and padded > micro_batch_tokens):
                 batches.append([])
             batches[-1].append(i)
         packed.append([b for b in batches if b])
-    n = max(len(b) for b in packed)
-    return [torch.tensor(b, dtype=torch.long) for b in packed[rank]] + [torch.zeros(0, dtype=torch.long)] * (n - len(packed[rank]))
+    mine = [torch.tensor(b, dtype=torch.long) for b in packed[rank]]
+    return mine + [torch.zeros(0, dtype=torch.long)] * (max(map(len, packed)) - len(mine))
 
 
 def lr_at(step):
@@ -227,64 +235,70 @@ def lr_at(step):
     return lr * min(1.0, step / warmup_steps) if warmup_steps > 0 else lr
 
 
+def rollout_stats(groups, step):
+    """What the log says of a batch before any learning: rewards, lengths, cuts, PipelineRL's lag (the trainer
+    holds version `step`) and the completions that received new weights mid-sequence."""
+    scores = torch.tensor([g.rewards for g in groups])  # (P, G)
+    completions = [c for g in groups for c in g.completions]
+    n = len(completions)
+    truncated = sum(c.finish_reason == "truncated" for c in completions)
+    lags = [step - v for c in completions for v in c.versions]
+    return dict(train_reward=scores.mean().item(), train_pass_rate=(scores > 0).float().mean().item(),
+                lr=lr_at(step + 1), truncation_rate=truncated / n,
+                truncated_excluded=0 if train_truncated else truncated,
+                interruption_rate=sum(c.interrupted for c in completions) / n,
+                completion_tokens=sum(len(c.token_ids) for c in completions),
+                policy_lag_mean=sum(lags) / len(lags), policy_lag_max=max(lags),
+                inflight_update_frac=sum(len(set(c.versions)) > 1 for c in completions) / n)
+
+
 def train_step(policy, groups, step, pad_id):
     """The optimizer step after `step` earlier ones, on P scored groups -> the log's training stats.
     Zero-variance filter, advantages, fp32-head log-probs, the loss summed over micro-batches with
     weights built on the whole batch, clip, AdamW. Every trainer rank runs it on the same batch and
     computes its share of the rows. A non-finite loss or gradient skips the update."""
-    rewards = torch.tensor([g.rewards for g in groups])  # (P, G)
-    keep = loss.zero_variance_mask(rewards) if zero_var_filter else torch.ones(len(groups), dtype=torch.bool)
-    completions = [c for g in groups for c in g.completions]
-    truncated = sum(c.finish_reason == "truncated" for c in completions)
-    stats = dict(train_reward=rewards.mean().item(), train_pass_rate=(rewards > 0).float().mean().item(),
-                 effective_prompts=int(keep.sum()), lr=lr_at(step + 1), truncation_rate=truncated / len(completions),
-                 truncated_excluded=0 if train_truncated else truncated,
-                 interruption_rate=sum(c.interrupted for c in completions) / len(completions),
-                 completion_tokens=sum(len(c.token_ids) for c in completions))
-    lags = [step - v for c in completions for v in c.versions]  # the trainer holds version `step`
-    stats.update(policy_lag_mean=sum(lags) / len(lags), policy_lag_max=max(lags),
-                 # completions that received new weights mid-sequence (PipelineRL's in-flight updates)
-                 inflight_update_frac=sum(len(set(c.versions)) > 1 for c in completions) / len(completions))
+    scores = torch.tensor([g.rewards for g in groups])  # (P, G)
+    keep = loss.zero_variance_mask(scores) if zero_var_filter else torch.ones(len(groups), dtype=torch.bool)
+    stats = dict(rollout_stats(groups, step), effective_prompts=int(keep.sum()))
     kept = [g for g, k in zip(groups, keep.tolist()) if k]
     if not kept:  # every group was all-correct or all-wrong: nothing to learn from this batch
         return dict(stats, loss=0.0, grad_norm=0.0, skipped="no_signal", trained_tokens=0)
-    advantages = loss.group_advantages(rewards[keep], adv_norm)  # (P', G)
+    advantages = loss.group_advantages(scores[keep], adv_norm)  # (P', G)
     ids, lengths, behaviour, mask, prompt_index, row_adv = collate(kept, advantages, pad_id)
     weights = loss.token_weights(mask, prompt_index, agg)  # (N, T-1), sums to 1 over the whole batch
     for param_group in policy.optimizer.param_groups:
         param_group["lr"] = lr_at(step + 1)
-    device = next(policy.logprobs.parameters()).device
-    batches = micro_batches(lengths, policy.rank, policy.ranks)
+    on = next(policy.logprobs.parameters()).device
     sums, loss_stats = dict(loss=0.0, entropy=0.0), []
-    for i, rows in enumerate(batches):
-        share = 1.0 if len(rows) else 0.0  # a rank short of rows still joins the collectives, weightless
+    for rows in micro_batches(lengths, policy.rank, policy.ranks):
+        present = 1.0 if len(rows) else 0.0  # a rank short of rows still joins the collectives, weightless
         rows = rows if len(rows) else torch.zeros(1, dtype=torch.long)
         T = int(lengths[rows].max())
-        mb = lambda x: x[rows, :T - 1].to(device)
-        logprobs, entropy = policy.logprobs(ids[rows, :T].to(device), temperature, fp32_head, with_entropy=True)
-        mb_loss, mb_stats = loss.policy_loss(logprobs, mb(behaviour), row_adv[rows].to(device), mb(mask) * share,
-                                             mb(weights) * share, **current_config())  # loss_type, its knobs
-        # each rank's loss is its part of one global sum; gradients are averaged over the trainers
-        # (FSDP2's reduce-scatter, sync_grads under data parallelism), so scale by their number. FSDP2 reduce-
-        # scatters every micro-batch's gradients into the fp32 shards: deferring it to the last one would hold
-        # every gradient unsharded in fp32 until then, 4N bytes on each trainer (Qwen3-8B over 2 trainers: 90 GiB
-        # instead of 76 at the peak, benchmarks/memory_check.py) to save reduce-scatters that overlap the backward
+        mb = lambda x: x[rows, :T - 1].to(on)
+        logprobs, entropy = policy.logprobs(ids[rows, :T].to(on), temperature, fp32_head, with_entropy=True)
+        # the config holds loss_type and its knobs
+        mb_loss, mb_stats = loss.policy_loss(logprobs, mb(behaviour), row_adv[rows].to(on),
+                                             mb(mask) * present, mb(weights) * present, **current_config())
+        # each rank's loss is its part of one global sum; the trainers' gradients are averaged (FSDP2's
+        # reduce-scatter every micro-batch: README, "What fits"; sync_grads under data parallelism)
         (mb_loss * policy.ranks).backward()
         add_grads(policy.model, policy.logprobs.model)  # bf16 copy -> fp32 (no-op otherwise)
         sums["loss"] += mb_loss.detach()
-        sums["entropy"] += (entropy * mb(mask) * share).sum()
+        sums["entropy"] += (entropy * mb(mask) * present).sum()
         loss_stats.append(mb_stats)
     sync_grads(policy.model, policy.ranks)
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.model.parameters(), grad_clip, foreach=True)
-    grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP2: a DTensor
+    if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
+        grad_norm = grad_norm.full_tensor()
     for key in ("tokens", "is_ratio_sum", "is_truncated_sum", "logprob_mismatch_sum"):
         sums[key] = sum(s[key] for s in loss_stats)
     sums = distributed.all_reduce_sums(sums, dict(is_ratio_max=max(s["is_ratio_max"] for s in loss_stats)))
-    stats.update(loss.merge_stats([sums], sums["entropy"]), loss=float(sums["loss"]), grad_norm=float(grad_norm),
-                 trained_tokens=int(lengths.sum()))
+    stats.update(loss.merge_stats([sums], sums["entropy"]), loss=float(sums["loss"]),
+                 grad_norm=float(grad_norm), trained_tokens=int(lengths.sum()))
     if not (math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])):
         policy.optimizer.zero_grad(set_to_none=True)
-        return dict(stats, skipped="non_finite")  # logged, not applied (every rank agrees: the sums are global)
+        # logged, not applied (every rank agrees: the sums are global)
+        return dict(stats, skipped="non_finite")
     policy.optimizer.step()
     policy.optimizer.zero_grad(set_to_none=True)
     copy_weights(policy.model, policy.logprobs.model)  # the bf16 copy takes the new weights
@@ -293,97 +307,212 @@ def train_step(policy, groups, step, pad_id):
 
 @torch.no_grad()
 def evaluate(samplers, rollouts, task, layout, policy, pad_id):
-    """Pass rate on the held-out prompts x eval_samples, overall and per domain, sampled like training (mean@16 is sampled)
-    under interruption whatever length_control (one protocol, ours), on the training samplers (their groups decode on,
-    wait in `rollouts`, count in the tokens returned); with no update meanwhile, the mismatch without staleness."""
+    """mean@k and pass@k (k = eval_samples) on the held-out prompts, overall and per domain, sampled as in
+    training (the paper's mean@16 is) under interruption whatever length_control (one protocol, ours), on the
+    training samplers (their groups decode on, wait in `rollouts` and count in the tokens returned); with no
+    update meanwhile, the sampler/trainer mismatch without staleness."""
     started = time.time()
     for i, prompt in enumerate(task.val_prompts):
         samplers.add(("val", i), prompt.input_ids, eval_samples, (think_budget_min, think_budget_max))
-    pairs, tokens, val_tokens, groups = [], 0, 0, []
+    groups, tokens, val_tokens = [], 0, 0
     with tqdm(total=len(task.val_prompts), desc="validation", leave=False,
               disable=not (layout.rank == 0 and sys.stderr.isatty())) as bar:
         while len(groups) < len(task.val_prompts):
             tokens += samplers.step()
             for group in rollouts.collect(samplers.pop_finished()):
-                prompt = task.val_prompts[group.prompt_id[1]]
-                pairs += [(prompt, data.decode(task, c.token_ids)) for c in group.completions]
                 val_tokens += sum(sum(c.policy_mask) for c in group.completions)
                 groups.append(group)
                 bar.update()
-    counts = defaultdict(float)
-    for (prompt, _), r in zip(pairs, rewards.score(pairs, verify_timeout)):
+    prompts = [task.val_prompts[g.prompt_id[1]] for g in groups]
+    scores = iter(rewards.score([(p, data.decode(task, c.token_ids)) for p, g in zip(prompts, groups)
+                                 for c in g.completions], verify_timeout))
+    counts = defaultdict(float)  # COUNTS, overall and per domain
+    for prompt, group in zip(prompts, groups):
+        passed = [next(scores) > 0 for _ in group.completions]
         for key in ("", f"_{prompt.domain}"):
-            counts["correct" + key] += r > 0
-            counts["total" + key] += 1
+            counts["correct" + key] += sum(passed)
+            counts["total" + key] += len(passed)
+            counts["solved" + key] += any(passed)
+            counts["prompts" + key] += 1
     if layout.role == "data_parallel":  # every rank evaluated its share
-        counts = distributed.all_reduce_sums({k: counts[k] for k in sorted(
-            f"{kind}{d}" for kind in ("correct", "total") for d in [""] + [f"_{d}" for d in task.domains])})
-    result = dict(val_reward=counts["correct"] / counts["total"], val_seconds=time.time() - started)
+        counts = distributed.all_reduce_sums({kind + d: counts[kind + d] for kind in COUNTS
+                                              for d in ["", *(f"_{d}" for d in task.domains)]})
+    k = f"val_pass@{eval_samples}"  # as peers log it (nanochat, prime-rl, verl): any of the k samples right
+    result = {"val_reward": counts["correct"] / counts["total"], k: counts["solved"] / counts["prompts"],
+              "val_seconds": time.time() - started}
+    for d in task.domains if len(task.domains) > 1 else ():
+        result[f"val_reward_{d}"] = counts[f"correct_{d}"] / max(counts[f"total_{d}"], 1)
+        result[f"{k}_{d}"] = counts[f"solved_{d}"] / max(counts[f"prompts_{d}"], 1)
     if groups and not policy.sharded:  # (a data-parallel rank may hold no held-out prompt)
         ids, lengths, behaviour, mask, _, _ = collate(groups[:8], torch.zeros(8, eval_samples), pad_id)
         rows = micro_batches(lengths, 0, 1)[0]  # one forward within the trainer's caps (GPUs: 16k tokens)
-        T, device = int(lengths[rows].max()), next(policy.model.parameters()).device
-        mb = lambda x: x[rows, :T - 1].to(device)
-        result.update(loss.sampler_mismatch(policy.logprobs(ids[rows, :T].to(device), temperature, fp32_head), mb(behaviour),
-                                         mb(mask)))
-    if len(task.domains) > 1:
-        result.update({f"val_reward_{d}": counts[f"correct_{d}"] / max(counts[f"total_{d}"], 1) for d in task.domains})
+        T, on = int(lengths[rows].max()), next(policy.model.parameters()).device
+        logprobs = policy.logprobs(ids[rows, :T].to(on), temperature, fp32_head)
+        mb = lambda x: x[rows, :T - 1].to(on)
+        result.update(loss.sampler_mismatch(logprobs, mb(behaviour), mb(mask)))
     return result, tokens - val_tokens
 
+
+COUNTS = ("correct", "total", "solved", "prompts")  # evaluate's sums: samples right, all, prompts solved, all
+
 # -----------------------------------------------------------------------------
-# the policy, the samplers, the follower trainers
+# the roles and their parts
 
 def tiny_model():
-    """The built-in task's base model: its directory, built once by data/builtin/prepare.py (~1 minute) and cached."""
-    prepare = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "builtin",
-                              "prepare.py"), f"--seed={data_seed}", "--measure=False"], stdout=subprocess.PIPE, text=True)
+    """The built-in task's base model: its directory, built once by data/builtin/prepare.py (~1 minute)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "builtin", "prepare.py")
+    prepare = subprocess.run([sys.executable, script, f"--seed={data_seed}", "--measure=False"],
+                             stdout=subprocess.PIPE, text=True)
     if prepare.returncode:
         fail(f"data/builtin/prepare.py --seed={data_seed} failed (exit {prepare.returncode})")
     return prepare.stdout.splitlines()[-1]
 
 
+def load_task(path, layout):
+    """The task; a data-parallel rank keeps every world-th prompt (its curriculum and validation share)."""
+    try:
+        task = data.load_task(data_path, path, n_train, n_val, data_seed, prompt_field or None, answer_field,
+                              prompt_template, sandbox_unsafe)
+    except data.DataError as e:
+        fail(str(e))
+    if layout.role != "data_parallel":
+        return task
+    return task._replace(prompts=task.prompts[layout.rank::layout.world],
+                         val_prompts=task.val_prompts[layout.rank::layout.world])
+
+
+def vllm_share(layout):
+    return vllm_gpu_memory if layout.world == 1 else vllm_gpu_memory_own
+
+
+def plan_memory(path, layout, max_len):
+    """memory.py's plan of every role, printed by the master; on CUDA a role that cannot fit stops the run."""
+    rows = micro_batch or prompts_per_step * samples_per_prompt  # at most this many rows per micro-batch
+    tokens = min(micro_batch_tokens or rows * max_len, rows * max_len)
+    expected = max_len - (think_budget_max + answer_budget) // 2  # memory.slots_that_fit's expected length
+    share = vllm_share(layout) if sampler == "vllm" else 0.0
+    problem = memory.plan_run(path, layout, 2 if dtype == "bfloat16" else 4, tokens, checkpoint_activations,
+                              max_len, share, weight_bucket_mb << 20, expected_len=expected,
+                              slots=sampler_slots)
+    if problem:
+        fail(problem)
+
+
 def make_policy(path, layout, resume=False):
-    """The trainer's Policy (policy.py) for this config: sharded by FSDP2 when 2+ trainers sit beside sampler ranks."""
-    return load_policy(path, layout.device, layout.trainer_rank, layout.trainers, layout.trainers > 1 and layout.samplers > 0,
-                       getattr(torch, dtype), checkpoint_activations, resume, lr=lr, betas=(beta1, beta2), eps=adam_eps,
-                       weight_decay=weight_decay)
+    """The trainer's Policy (policy.py): sharded by FSDP2 when 2+ trainers sit beside sampler ranks."""
+    sharded = layout.trainers > 1 and layout.samplers > 0
+    return load_policy(path, layout.device, layout.trainer_rank, layout.trainers, sharded,
+                       getattr(torch, dtype), checkpoint_activations, resume, lr=lr, betas=(beta1, beta2),
+                       eps=adam_eps, weight_decay=weight_decay)
 
 
-def make_sampler(path, task, layout, version, max_len, vllm_share, policy=None):
-    """A sampler in this process: the torch one decodes with the trainer's own compute module (one process, the
-    same dtype: zero-copy updates) or with its own copy in sampler_dtype; the vLLM one starts an engine."""
+def make_sampler(path, task, layout, version, max_len, policy=None):
+    """A sampler in this process: the torch one decodes with the trainer's own compute module (one process,
+    the same dtype: zero-copy updates) or its own copy in sampler_dtype; the vLLM one starts an engine."""
     encode = lambda text: task.tokenizer.encode(text, add_special_tokens=False)
     knobs = dict(temperature=temperature, fp32_head=fp32_head, max_seqs=sampler_slots,
-                 seed=seed + 1000 * layout.rank + version, eos_ids=task.eos_ids, think_start_ids=encode(data.THINK_START),
-                 think_end_ids=encode(data.THINK_END), interrupt_ids=data.interruption(task.tokenizer), answer_budget=answer_budget,
+                 seed=seed + 1000 * layout.rank + version, eos_ids=task.eos_ids,
+                 think_start_ids=encode(data.THINK_START), think_end_ids=encode(data.THINK_END),
+                 interrupt_ids=data.interruption(task.tokenizer), answer_budget=answer_budget,
                  think_budget=(think_budget_min, think_budget_max) if length_control == "interrupt" else None,
                  max_new_tokens=think_budget_max + answer_budget)
     if sampler == "torch":
         from transformers import AutoModelForCausalLM
-        module = sampler_module(policy, getattr(torch, sampler_dtype)) if policy else \
-            AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, sampler_dtype)).to(layout.device).eval()
+        as_sampled = getattr(torch, sampler_dtype)
+        module = sampler_module(policy, as_sampled) if policy else \
+            AutoModelForCausalLM.from_pretrained(path, dtype=as_sampled).to(layout.device).eval()
         handle = TorchSampler(module, **knobs)
     else:
-        budget = dict(gpu_memory_utilization=vllm_share) if device == "cuda" else dict(kv_cache_memory_bytes=1 << 30)
-        handle = VLLMSampler(path, engine_kwargs=dict(dtype=sampler_dtype, max_model_len=max_len, **budget), **knobs)
+        budget = dict(gpu_memory_utilization=vllm_share(layout)) if device == "cuda" else \
+            dict(kv_cache_memory_bytes=1 << 30)
+        engine = dict(dtype=sampler_dtype, max_model_len=max_len, **budget)
+        handle = VLLMSampler(path, engine_kwargs=engine, **knobs)
         tokens, sequences = handle.engine.kv_capacity()  # beyond it, vLLM preempts and recomputes sequences
-        expected = max_len - (think_budget_max + answer_budget) // 2  # memory.slots_that_fit's expected length
+        expected = max_len - (think_budget_max + answer_budget) // 2  # memory.slots_that_fit's
         warning = memory.slots_warning(tokens, expected, sampler_slots)
-        print(f"rank {layout.rank}: vLLM's KV cache holds {tokens:,} tokens, {sequences:.0f} sequences of the full "
-              f"{max_len} tokens, for sampler_slots={sampler_slots}" + (f"\n{warning}" if warning else ""), flush=True)
+        print(f"rank {layout.rank}: vLLM's KV cache holds {tokens:,} tokens, {sequences:.0f} sequences of "
+              f"the full {max_len} tokens, for sampler_slots={sampler_slots}", flush=True)
+        if warning:
+            print(warning, flush=True)
     handle.version = version
     return handle
 
 
-def follow(policy, task, layout, pad_id):
-    """A follower trainer's life: each message from the master is a batch, its step and whether to checkpoint;
-    it trains its share of the rows and joins the gathers. It waits for as long as the master lives."""
+def run_sampler(path, task, layout, version, max_len):
+    """A sampler rank's life: generate what the master hands out until it says stop (distributed.serve)."""
+    distributed.serve(make_sampler(path, task, layout, version, max_len), layout, rank_timeout)
+
+
+def run_follower(path, task, layout, pad_id, resume):
+    """A follower trainer's life: each message from the master is a batch, its step and whether to
+    checkpoint; it trains its share of the rows and joins the gathers, for as long as the master lives."""
+    policy = make_policy(path, layout, resume)
     while (message := layout.mailbox.get(0, "the master (rank 0)"))[0] != "stop":
         _, batch, step, save = message
         train_step(policy, batch, step, pad_id)
         push_weights(policy, None, step + 1, getattr(torch, sampler_dtype), weight_bucket_mb << 20)
         if save:
             checkpoint.save(out_dir, policy, task.tokenizer, None)
+
+
+def open_run_log(layout, config, n_params, task, logged):
+    """The master's log (checkpoint.open_log) and its header: the config, the model's size and, with code
+    rewards, the sandbox's isolation; mirrored to Weights & Biases with wandb_log. None on other ranks."""
+    if layout.rank != 0:
+        return None
+    header = dict(config=config, n_params=n_params, world=layout.world)
+    if any(p.code for p in task.prompts + task.val_prompts):  # the isolation code rewards run under
+        header["sandbox"] = sandbox.isolation()
+        print("sandbox: " + "; ".join(f"{k} {v}" for k, v in header["sandbox"].items()), flush=True)
+    mirror = None
+    if wandb_log:  # imported only when on
+        import wandb as mirror
+        mirror.init(project=wandb_project, name=wandb_run_name or None, config=config)
+    return checkpoint.open_log(out_dir, header, logged, mirror)
+
+def master_parts(path, task, layout, state, step, max_len):
+    """The master's parts (or the one process's, a data-parallel rank's), resumed from `state` if there is
+    one: the policy, the curriculum, the off-policy scheduler and the groups it had in flight, the samplers
+    (its own, or the sampler ranks) and how many sequences they may decode at once."""
+    dp = layout.role == "data_parallel"
+    policy = make_policy(path, layout, resume=state is not None)
+    if dp and state and state["world"] != layout.world:
+        fail(f"the checkpoint was written by {state['world']} data-parallel ranks, this run has "
+             f"{layout.world}")
+    curriculum = data.Curriculum(len(task.prompts), seed + layout.rank, npr, npr_threshold,
+                                 [p.domain for p in task.prompts], [p.weight for p in task.prompts])
+    mine = state["shares"][layout.rank if dp else 0] if state else dict(curriculum=None, in_flight=[])
+    if mine["curriculum"]:
+        curriculum.load_state_dict(mine["curriculum"])
+    local_prompts = prompts_per_step // layout.world if dp else prompts_per_step  # the groups it brings
+    rollouts = Rollouts(curriculum, task.prompts, samples_per_prompt, local_prompts, max_lag, off_policy,
+                        requeue=mine["in_flight"])
+    samplers = distributed.RemoteSamplers(layout, rank_timeout) if layout.samplers else \
+        make_sampler(path, task, layout, step, max_len, policy)
+    samplers.version = step
+    # every sampler's slots, and with sampler ranks a batch in the mailboxes
+    slots = sampler_slots * max(layout.samplers, 1)
+    slots += local_prompts * samples_per_prompt if layout.samplers else 0
+    return policy, curriculum, rollouts, samplers, slots
+
+
+def count(counters, step, stats, generated, n_params, started, cpu_start, world):
+    """A step into the run's counters -> its log row: each generated token counted once (~2N FLOPs a token
+    generated, ~6N trained), the wall time of sampling and training since `started` (validation apart)."""
+    counters["flops"] += 2 * n_params * generated + 6 * n_params * stats["trained_tokens"]
+    counters["tokens"] += generated
+    counters["train_seconds"] += time.time() - started
+    counters["cpu_seconds"] = time.process_time() - cpu_start  # validation included
+    return dict(step=step, gpu_hours=counters["train_seconds"] * world / 3600, flops=counters["flops"],
+                tokens=counters["tokens"], cpu_seconds=counters["cpu_seconds"],
+                step_time=time.time() - started, **stats)
+
+
+def save_run(policy, task, layout, curriculum, rollouts, state):
+    """The checkpoint: weights and optimizer, every rank's curriculum and its groups in flight, `state`."""
+    share = dict(curriculum=curriculum.state_dict(), in_flight=rollouts.in_flight())
+    shares = distributed.gather_objects(share) if layout.role == "data_parallel" else [share]
+    checkpoint.save(out_dir, policy, task.tokenizer, dict(state, world=layout.world, shares=shares))
 
 # -----------------------------------------------------------------------------
 if __name__ == "__main__":
@@ -400,132 +529,83 @@ if __name__ == "__main__":
     master, dp = layout.rank == 0, layout.role == "data_parallel"
     if master:
         print(json.dumps(config, indent=1))
-
-    # the task and the model directory (the built-in tiny model is built once, by the master)
+    # the model directory (the built-in tiny model is built once, by the master), the task, the memory plan
     base_path = model_path or distributed.master_first(layout, tiny_model)
     load_path, state, logged = resumed or (base_path, None, None)
     step = state["step"] if state else 0
-    try:
-        task = data.load_task(data_path, load_path, n_train, n_val, data_seed, prompt_field or None, answer_field,
-                              prompt_template, sandbox_unsafe)
-    except data.DataError as e:
-        fail(str(e))
-    if dp:  # each rank owns every world-th prompt: its own curriculum, its share of validation
-        task = task._replace(prompts=task.prompts[layout.rank::layout.world],
-                             val_prompts=task.val_prompts[layout.rank::layout.world])
+    task = load_task(load_path, layout)
     pad_id = task.tokenizer.pad_token_id if task.tokenizer.pad_token_id is not None else 0
     # room for the longest prompt, the thinking, the interruption phrase and the answer
-    max_len = max(len(p.input_ids) for p in task.prompts + task.val_prompts) + think_budget_max + answer_budget + \
-        len(data.interruption(task.tokenizer))
-    vllm_share = vllm_gpu_memory if layout.world == 1 else vllm_gpu_memory_own
-    rows = micro_batch or prompts_per_step * samples_per_prompt  # at most this many rows per micro-batch
-    problem = memory.plan_run(load_path, layout, 2 if dtype == "bfloat16" else 4, min(micro_batch_tokens or rows * max_len,
-                              rows * max_len), checkpoint_activations, max_len, vllm_share if sampler == "vllm" else 0.0,
-                              weight_bucket_mb << 20, expected_len=max_len - (think_budget_max + answer_budget) // 2,
-                              slots=sampler_slots)
-    if problem:
-        fail(problem)
+    longest = max(len(p.input_ids) for p in task.prompts + task.val_prompts)
+    max_len = longest + think_budget_max + answer_budget + len(data.interruption(task.tokenizer))
+    plan_memory(load_path, layout, max_len)
 
     if layout.role == "sampler":  # generate until the master says stop
-        distributed.serve(make_sampler(load_path, task, layout, step, max_len, vllm_share), layout, rank_timeout)
-        distributed.finish(layout)
-        sys.exit(0)
-    policy = make_policy(load_path, layout, resume=state is not None)
-    n_params = sum(p.numel() for p in policy.model.parameters())
-    if layout.role == "follower":  # train a share of each batch the master sends
-        follow(policy, task, layout, pad_id)
-        distributed.finish(layout)
-        sys.exit(0)
-
-    # the master, a data-parallel rank, or the one process: curriculum, scheduler, samplers, log
-    if dp and state and state["world"] != layout.world:
-        fail(f"the checkpoint was written by {state['world']} data-parallel ranks, this run has {layout.world}")
-    curriculum = data.Curriculum(len(task.prompts), seed=seed + layout.rank, npr=npr, threshold=npr_threshold,
-                                 domains=[p.domain for p in task.prompts], weights=[p.weight for p in task.prompts])
-    share = state["shares"][layout.rank if dp else 0] if state else dict(curriculum=None, in_flight=[])
-    if share["curriculum"]:
-        curriculum.load_state_dict(share["curriculum"])
-    local_prompts = prompts_per_step // layout.world if dp else prompts_per_step  # groups this rank brings
-    rollouts = Rollouts(curriculum, task.prompts, samples_per_prompt, local_prompts, max_lag, off_policy,
-                        requeue=share["in_flight"])
-    samplers = distributed.RemoteSamplers(layout, rank_timeout) if layout.samplers else \
-        make_sampler(load_path, task, layout, step, max_len, vllm_share, policy)
-    samplers.version = step
-    slots = sampler_slots * max(layout.samplers, 1) + (local_prompts * samples_per_prompt if layout.samplers else 0)
-    counters = state["counters"] if state else dict(train_seconds=0.0, flops=0.0, tokens=0)
-    header = dict(config=config, n_params=n_params, world=layout.world)
-    if master and any(p.code for p in task.prompts + task.val_prompts):  # the isolation code rewards run under
-        header["sandbox"] = sandbox.isolation()
-        print("sandbox: " + "; ".join(f"{k} {v}" for k, v in header["sandbox"].items()), flush=True)
-    if master and wandb_log:  # imported only when on
-        import wandb
-        wandb.init(project=wandb_project, name=wandb_run_name or None, config=config)
-    log = checkpoint.open_log(out_dir, header, logged, wandb if master and wandb_log else None) if master else None
-    # cpu_seconds: this process's CPU time, validation included, a resumed run's earlier time too
-    t_start, generated, cpu_start = time.time(), 0, time.process_time() - counters.get("cpu_seconds", 0.0)
-    if step == 0 or max((r.get("step", -1) for r in logged), default=-1) < step:  # R0, or a step whose row a crash kept from the log
-        row = dict(state["row"]) if state else dict(step=0, gpu_hours=0.0, flops=0.0, tokens=0)
-        if step % eval_interval == 0 or state["last"]:
-            scores, generated = evaluate(samplers, rollouts, task, layout, policy, pad_id)
-            row.update(scores)
-        if log:
-            checkpoint.log_step(log, row, t_start)
-
-    segment_start = time.time()
-    while step < max_steps:
-        # sample: new prompts within the lag bound, one engine step on every sampler, finished groups in
-        room = math.ceil((slots - samplers.num_unfinished * samples_per_prompt) / samples_per_prompt)
-        rollouts.hand_out(samplers, step, room)
-        generated += samplers.step()
-        rollouts.collect(samplers.pop_finished())
-        batch = rollouts.ready_batch(step)
-        if batch is None:
-            if rollouts.starved and not samplers.num_unfinished and not dp:
-                print("every training prompt is retired by No-Positive-Resampling: stopping")
+        run_sampler(load_path, task, layout, step, max_len)
+    elif layout.role == "follower":  # train a share of each batch the master sends
+        run_follower(load_path, task, layout, pad_id, resume=state is not None)
+    else:  # the master, a data-parallel rank, or the one process: the curriculum, the scheduler, the log
+        policy, curriculum, rollouts, samplers, slots = master_parts(load_path, task, layout, state, step,
+                                                                     max_len)
+        n_params = sum(p.numel() for p in policy.model.parameters())
+        counters = state["counters"] if state else dict(train_seconds=0.0, flops=0.0, tokens=0)
+        log = open_run_log(layout, config, n_params, task, logged)
+        t_start = time.time()
+        # this process's CPU time, validation included, a resumed run's earlier time too
+        cpu_start = time.process_time() - counters.get("cpu_seconds", 0.0)
+        generated = 0  # tokens decoded since a step last counted them
+        row, evaluate_row = checkpoint.first_row(state, logged, eval_interval)
+        last = False
+        segment_start = time.time()
+        while True:
+            # evaluate (step 0, every eval_interval steps, the last) and log the step's row
+            if row is not None:
+                if evaluate_row:
+                    scores, generated = evaluate(samplers, rollouts, task, layout, policy, pad_id)
+                    row.update(scores)
+                if log:
+                    checkpoint.log_step(log, row, t_start)
+                row = None
+                segment_start = time.time()  # validation and checkpoints are not training compute
+            if last or step >= max_steps:
                 break
-            continue
-        t0 = time.time()
-        # reward: the verifier or the sandbox, and the curriculum's pass rates
-        reward_groups(batch, task, curriculum)
-        last = step + 1 >= max_steps or rollouts.starved or 0 < max_minutes * 60 < time.time() - t_start
-        if dp:  # every rank brings its share: one batch, one decision to stop, every rank's tokens
-            shares = distributed.gather_objects((batch, last, generated))
-            batch, last, generated = [g for s in shares for g in s[0]], any(s[1] for s in shares), sum(s[2] for s in shares)
-        save = last or (step + 1) % ckpt_interval == 0
-        for rank in range(1, layout.trainers) if layout.samplers else ():  # the followers train the same batch
-            layout.mailbox.send(rank, ("step", batch, step, save))
-        # train
-        stats = train_step(policy, batch, step, pad_id)
-        step += 1
-        # push the weights into every sampler, in flight
-        push_weights(policy, samplers, step, getattr(torch, sampler_dtype), weight_bucket_mb << 20)
-        # count, checkpoint (before a validation that may take hours), evaluate, log
-        counters["flops"] += 2 * n_params * generated + 6 * n_params * stats["trained_tokens"]  # ~2N / ~6N a token
-        counters["tokens"], generated = counters["tokens"] + generated, 0  # once; validation's decoding counts next
-        counters["train_seconds"] += time.time() - segment_start  # wall time of sampling + training
-        counters["cpu_seconds"] = time.process_time() - cpu_start
-        row = dict(step=step, gpu_hours=counters["train_seconds"] * layout.world / 3600, flops=counters["flops"], tokens=
-                   counters["tokens"], cpu_seconds=counters["cpu_seconds"], step_time=time.time() - t0, **stats)
-        if save:
-            shares = [dict(curriculum=curriculum.state_dict(), in_flight=rollouts.in_flight())]
-            checkpoint.save(out_dir, policy, task.tokenizer, dict(step=step, counters=counters, world=layout.world, config=config,
-                            row=row, shares=distributed.gather_objects(shares[0]) if dp else shares, last=last))
-        if step % eval_interval == 0 or last:
-            scores, generated = evaluate(samplers, rollouts, task, layout, policy, pad_id)
-            row.update(scores)
+            # sample: new prompts within the lag bound, one engine step on every sampler, finished groups in
+            room = math.ceil((slots - samplers.num_unfinished * samples_per_prompt) / samples_per_prompt)
+            rollouts.hand_out(samplers, step, room)
+            generated += samplers.step()
+            rollouts.collect(samplers.pop_finished())
+            batch = rollouts.ready_batch(step)
+            if batch is None:
+                if rollouts.starved and not samplers.num_unfinished and not dp:
+                    print("every training prompt is retired by No-Positive-Resampling: stopping")
+                    break
+                continue
+            # reward: the verifier or the sandbox, and the curriculum's pass rates
+            reward_groups(batch, task, curriculum)
+            last = step + 1 >= max_steps or rollouts.starved or 0 < max_minutes * 60 < time.time() - t_start
+            if dp:  # every rank brings its share: one batch, one decision to stop, every rank's tokens
+                shares = distributed.gather_objects((batch, last, generated))
+                batch = [g for share in shares for g in share[0]]
+                last = any(share[1] for share in shares)
+                generated = sum(share[2] for share in shares)
+            save = last or (step + 1) % ckpt_interval == 0
+            for rank in range(1, layout.trainers) if layout.samplers else ():  # the followers train it too
+                layout.mailbox.send(rank, ("step", batch, step, save))
+            # train, then push the weights into every sampler, in flight
+            stats = train_step(policy, batch, step, pad_id)
+            step += 1
+            push_weights(policy, samplers, step, getattr(torch, sampler_dtype), weight_bucket_mb << 20)
+            row = count(counters, step, stats, generated, n_params, segment_start, cpu_start, layout.world)
+            generated = 0
+            evaluate_row = step % eval_interval == 0 or last
+            if save:  # before a validation that may take hours
+                save_run(policy, task, layout, curriculum, rollouts, dict(step=step, counters=counters,
+                                                                          config=config, row=row, last=last))
+        if rollouts.starved and last and master:
+            print(f"every training prompt{' of a data-parallel share' if dp else ''} is retired by "
+                  "No-Positive-Resampling: stopping")
+        if layout.samplers:  # the last message to every other rank
+            samplers.stop()
         if log:
-            checkpoint.log_step(log, row, t_start)
-        segment_start = time.time()  # validation and checkpoints are not training compute
-        if last:
-            if rollouts.starved and master:
-                print(f"every training prompt{' of a data-parallel share' if dp else ''} is retired by "
-                      "No-Positive-Resampling: stopping")
-            break
-
-    if layout.samplers:  # the last message to every other rank
-        samplers.stop()
-    if log:
-        log.file.close()
-        if log.wandb:
-            log.wandb.finish()
+            log.close()
     distributed.finish(layout)

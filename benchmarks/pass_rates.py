@@ -32,7 +32,7 @@ if __name__ == "__main__":
                               train.answer_field, train.prompt_template)
         max_len = max(len(p.input_ids) for p in task.val_prompts) + train.think_budget_max + train.answer_budget + \
             len(data.interruption(task.tokenizer))
-        sampler = train.make_sampler(path, task, layout, 0, max_len, train.vllm_gpu_memory)
+        sampler = train.make_sampler(path, task, layout, 0, max_len)
         for i, prompt in enumerate(task.val_prompts):
             sampler.add(i, prompt.input_ids, train.eval_samples)
         groups, tokens, started = [], 0, time.time()

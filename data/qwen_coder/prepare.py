@@ -34,7 +34,8 @@ import zipfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
-import sandbox  # noqa: E402  (the harness's own check of every HumanEval test)
+import judge  # noqa: E402
+
 OUT = os.path.join(REPO, ".cache", "qwen_coder")
 WHEELS = os.path.join(REPO, ".cache", "wheels")
 GGUF = os.path.join(OUT, "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
@@ -159,7 +160,7 @@ def math_rows(path, levels=("Level 1", "Level 2")):
 def humaneval_rows(path):
     """HumanEval -> code rows: the stub in a ```python block and the reply wanted; the test defines check(), which the
     harness calls with the program's entry point. The prompt's imports and helpers (poly, encode_cyclic) go into the
-    test: a name the test needs comes from the test, never from the program (sandbox.assert_plan refuses otherwise)."""
+    test: a name the test needs comes from the test, never from the program (judge.assert_plan refuses otherwise)."""
     rows = []
     for lineno, row in records(path, ["task_id", "prompt", "test", "entry_point"]):
         prompt = ast.parse(row["prompt"])
@@ -167,7 +168,7 @@ def humaneval_rows(path):
                    if getattr(node, "name", None) != row["entry_point"] and not isinstance(node, ast.Expr)]
         test = "\n\n".join(helpers + [row["test"].strip()]) + "\n"
         try:
-            sandbox.assert_plan(test, row["entry_point"])
+            judge.assert_plan(test, row["entry_point"])
         except ValueError as e:
             raise PrepareError(f"{path}:{lineno}: {row['task_id']}: {e}") from None
         rows.append(dict(prompt=f"```python\n{row['prompt'].strip()}\n```\n{CODE_REPLY}", test=test,
