@@ -19,7 +19,6 @@ from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 # -----------------------------------------------------------------------------
 # log-probs with an fp32 LM head
@@ -37,82 +36,85 @@ def _bf16_products():
         torch.backends.mkldnn.matmul.fp32_precision = before
 
 
-class _BF16HeadFP32Logits(torch.autograd.Function):
-    """(n, H) bf16 hidden x (V, H) bf16 weight -> (n, V) fp32 logits: bf16 products summed and returned in
-    fp32. GPU: torch.mm(..., out_dtype=float32); CPU: the same numbers from oneDNN on weight32, the fp32
-    upcast made once per micro-batch or decode step. That overload has no derivative, so the backward is
-    written out: the upstream gradient cast to bf16, two bf16 matmuls (fp32 accumulation inside), as in
-    the rest of a bf16 model's backward. What stays bf16: autograd sums the weight's gradient over a
-    micro-batch's chunks in the weight's dtype (measured, 37 chunks: 0.7% relative error, one bf16
-    rounding 0.17%)."""
-
-    @staticmethod
-    def forward(ctx, hidden, weight, weight32=None):
-        ctx.save_for_backward(hidden, weight)
-        if weight32 is None:
-            return torch.mm(hidden, weight.t(), out_dtype=torch.float32)
-        with _bf16_products():
-            return torch.mm(hidden.float(), weight32.t())
-
-    @staticmethod
-    def backward(ctx, grad):
-        hidden, weight = ctx.saved_tensors
-        grad = grad.to(weight.dtype)
-        return grad @ weight, grad.t() @ hidden, None
-
-
 def head_weight(model, fp32_head=True):
-    """The LM head's weight as lm_head_logits takes it: on CPUs upcast to fp32 once (per decode step or
+    """The LM head's weight as the head takes it: on CPUs upcast to fp32 once (per decode step or
     micro-batch, not per chunk); as stored on GPUs, whose matmul returns fp32 itself, and in the ablation."""
     weight = model.get_output_embeddings().weight
     return weight.float() if fp32_head and not weight.is_cuda else weight
 
 
-def lm_head_logits(model, hidden, temperature=1.0, fp32_head=True, weight=None):
-    """(..., H) final hidden states -> (..., V) fp32 logits already divided by the temperature.
-
-    FP32 head (ScaleRL sec. 3.3, "FP32 precision for LM head"): fp32 logits on the generator and the
-    trainer alike; this removed most of the generator/trainer mismatch in the paper (A 0.52 -> 0.61).
-    What it computes: an fp32 model's head in IEEE fp32. A bf16 model's, on GPUs and CPUs alike, the exact
-    products of its bf16 operands summed in fp32 (what vLLM's head_dtype=float32 computes on tensor cores).
-    fp32_head=False is the leave-one-out ablation: logits in the model's dtype, only the softmax in fp32.
-    Works with tied embeddings (the head weight *is* the embedding matrix then). weight: head_weight(model,
-    fp32_head), if already cast."""
-    head = model.get_output_embeddings()
-    weight = head_weight(model, fp32_head) if weight is None else weight
-    bias = getattr(head, "bias", None)
-    with torch.autocast(hidden.device.type, enabled=False):  # an enclosing autocast would undo the upcast
-        if not fp32_head:
-            return F.linear(hidden.to(weight.dtype), weight, bias).float() / temperature
-        if head.weight.dtype == torch.float32:
-            logits = F.linear(hidden.float(), weight, None if bias is None else bias.float())
-        else:  # bf16 operands, fp32 accumulation and output
-            flat = hidden.reshape(-1, hidden.shape[-1]).to(head.weight.dtype)
-            upcast = weight if weight.dtype == torch.float32 else None  # CPU
-            logits = _BF16HeadFP32Logits.apply(flat, head.weight, upcast).view(*hidden.shape[:-1], -1)
-            logits = logits if bias is None else logits + bias.float()
+def _head(hidden, weight, weight32, bias, temperature, fp32_head=True):
+    """(n, H) final hidden states -> (n, V) fp32 logits / temperature. FP32 head (ScaleRL sec. 3.3): an fp32
+    weight in IEEE fp32; a bf16 one as the exact products of its bf16 operands summed in fp32 (vLLM's
+    head_dtype=float32 on tensor cores): torch.mm(..., out_dtype=float32) on GPUs, oneDNN on weight32 (its
+    fp32 upcast) on CPUs. fp32_head=False, the ablation: logits rounded to the weight's dtype."""
+    if not fp32_head:
+        return F.linear(hidden.to(weight.dtype), weight, bias).float() / temperature
+    if weight.dtype == torch.float32:
+        logits = F.linear(hidden.float(), weight, None if bias is None else bias.float())
+    elif weight32 is None:
+        logits = torch.mm(hidden.to(weight.dtype), weight.t(), out_dtype=torch.float32)
+    else:
+        with _bf16_products():
+            logits = torch.mm(hidden.float(), weight32.t())
+    logits = logits if bias is None or weight.dtype == torch.float32 else logits + bias.float()
     return logits / temperature  # the temperature sits right before the log-softmax
 
 
-def _chunk_logprobs(model, weight, hidden, targets, temperature, fp32_head, with_entropy):
-    """(n, H), (n,) -> (n,) log p(target): the target logit minus the logsumexp, never a (n, V)
-    log-softmax; with_entropy, also the (n,) entropy lse - sum(p * logit), from the same logits."""
-    logits = lm_head_logits(model, hidden, temperature, fp32_head, weight)  # (n, V) fp32
-    lse = torch.logsumexp(logits, dim=-1)
-    logprobs = logits.gather(-1, targets[:, None]).squeeze(-1) - lse
-    if not with_entropy:
-        return logprobs
-    with torch.no_grad():
-        return logprobs, lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+def lm_head_logits(model, hidden, temperature=1.0, fp32_head=True, weight=None):
+    """(..., H) final hidden states -> (..., V) fp32 logits already divided by the temperature, without
+    gradient (the trainer's go through _HeadLogprobs). The FP32 head removed most of the paper's generator/
+    trainer mismatch (A 0.52 -> 0.61). Works with tied embeddings (the head weight *is* the embedding
+    matrix then). weight: head_weight(model, fp32_head), if already cast."""
+    head = model.get_output_embeddings()
+    weight = head_weight(model, fp32_head) if weight is None else weight
+    upcast = weight if weight.dtype != head.weight.dtype else None  # CPU: a bf16 head's fp32 copy
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    with torch.autocast(hidden.device.type, enabled=False):  # an enclosing autocast would undo the upcast
+        logits = _head(flat, head.weight, upcast, getattr(head, "bias", None), temperature, fp32_head)
+    return logits.view(*hidden.shape[:-1], -1)
+
+
+class _HeadLogprobs(torch.autograd.Function):
+    """A chunk's (n,) log p(target) from its (n, H) final hidden states through the head, never an (n, V)
+    log-softmax, and with_entropy the (n,) entropy lse - sum(p * logit) (no gradient), in one pass over the
+    logits each way: the forward keeps none and the backward recomputes them (as activation checkpointing
+    would) into softmax - one-hot, in place. Its matmuls take the gradient in the head's dtype: a bf16
+    model's as bf16 operands with fp32 accumulation, as in its body's backward (so autograd sums the weight's
+    gradient over a micro-batch's chunks in bf16: measured, 37 chunks, 0.7% relative error)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, weight32, bias, targets, temperature, fp32_head, with_entropy):
+        logits = _head(hidden, weight, weight32, bias, temperature, fp32_head)  # (n, V) fp32
+        top = logits.amax(-1, keepdim=True)
+        exp = (logits - top).exp_()
+        total = exp.sum(-1, keepdim=True)
+        lse = (top + total.log()).squeeze(-1)  # logsumexp
+        logprobs = logits.gather(-1, targets[:, None]).squeeze(-1) - lse
+        ctx.save_for_backward(hidden, weight, weight32, bias, targets, lse)
+        ctx.temperature, ctx.fp32_head = temperature, fp32_head
+        entropy = lse - (exp * logits).sum(-1) / total.squeeze(-1) if with_entropy else lse[:0]
+        ctx.mark_non_differentiable(entropy)  # a diagnostic
+        return logprobs, entropy
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        hidden, weight, weight32, bias, targets, lse = ctx.saved_tensors
+        logits = _head(hidden, weight, weight32, bias, ctx.temperature, ctx.fp32_head)
+        d_logits = logits.sub_(lse[:, None]).exp_().mul_(-grad[:, None])  # d log p(y) / d logits: one-hot - p
+        d_logits.scatter_add_(1, targets[:, None], grad[:, None])
+        d_logits = (d_logits / ctx.temperature).to(weight.dtype)
+        d_bias = None if bias is None else d_logits.sum(0).to(bias.dtype)
+        return d_logits @ weight, d_logits.t() @ hidden.to(weight.dtype), None, d_bias, None, None, None, None
 
 
 def token_logprobs(model, input_ids, temperature=1.0, fp32_head=True, attention_mask=None,
                    with_entropy=False, chunk_tokens=None):
     """Log-probs of input_ids[:, 1:] under a transformers causal LM: (B, T) ids -> (B, T-1) fp32.
 
-    The head and the log-softmax run over chunks of positions, each under activation checkpointing, so
-    neither the forward nor the saved-for-backward state ever holds a full (B, T, V) fp32 tensor (V = 152k
-    for Qwen; 14k-token completions). with_entropy also returns the policy's entropy at each position
+    The head and the log-softmax run over chunks of positions (_HeadLogprobs), so neither the forward nor
+    the saved-for-backward state ever holds a full (B, T, V) fp32 tensor (V = 152k for Qwen; 14k-token
+    completions). with_entropy also returns the policy's entropy at each position
     (B, T-1), without grad (a diagnostic). The decoder layers are checkpointed too when the model has
     gradient checkpointing enabled (train.py's checkpoint_activations)."""
     body = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
@@ -120,20 +122,18 @@ def token_logprobs(model, input_ids, temperature=1.0, fp32_head=True, attention_
     B, T, H = hidden.shape
     hidden = hidden[:, :-1].reshape(-1, H)  # (B*(T-1), H): the positions that predict a next token
     targets = input_ids[:, 1:].reshape(-1)  # (B*(T-1),)
+    head = model.get_output_embeddings()
     weight = head_weight(model, fp32_head)  # cast once for every chunk (and its recompute)
+    upcast = weight if weight.dtype != head.weight.dtype else None  # CPU: a bf16 head's fp32 copy
     chunk_tokens = chunk_tokens or max(1, (1 << 26) // weight.shape[0])  # ~256 MB of fp32 logits (ours)
     logprobs, entropies = [], []
-    for start in range(0, hidden.shape[0], chunk_tokens):
-        h, y = hidden[start:start + chunk_tokens], targets[start:start + chunk_tokens]
-        args = (model, weight, h, y, temperature, fp32_head, with_entropy)
-        if torch.is_grad_enabled() and h.requires_grad:  # recompute the (n, V) logits in backward
-            out = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
-        else:
-            out = _chunk_logprobs(*args)
-        if with_entropy:
-            out, entropy = out
+    with torch.autocast(hidden.device.type, enabled=False):  # an enclosing autocast would undo the upcast
+        for start in range(0, hidden.shape[0], chunk_tokens):
+            h, y = hidden[start:start + chunk_tokens], targets[start:start + chunk_tokens]
+            out, entropy = _HeadLogprobs.apply(h, head.weight, upcast, getattr(head, "bias", None), y,
+                                               temperature, fp32_head, with_entropy)
+            logprobs.append(out)
             entropies.append(entropy)
-        logprobs.append(out)
     logprobs = torch.cat(logprobs).view(B, T - 1)
     return (logprobs, torch.cat(entropies).view(B, T - 1)) if with_entropy else logprobs
 

@@ -65,8 +65,9 @@ def trainer_phases(shape, trainers, sharded, dtype_bytes, tokens, checkpoint, sy
     # the head's gradient in the compute dtype; cpu: loss.head_weight's fp32 upcast of a bf16 head too
     grad = d * head
     fp32_head = 4 * head if cpu and d < 4 else 0
-    # in the head: a chunk's logits and their gradients, or autograd summing two chunks' gradients
-    head_backward = fp32_head + max(5 * chunk + many * grad, (1 + 2 * many) * grad + chunk)
+    # in the head (loss._HeadLogprobs): a chunk's logits, turned into their gradient in place, and its bf16
+    # cast; or autograd summing two chunks' gradients of the weight
+    head_backward = fp32_head + max(2 * chunk + many * grad, (1 + 2 * many) * grad + chunk)
     # in a layer: its recompute (checkpointing) and its gradients
     layer_backward = d * head + tokens * ((per_layer if checkpoint else 0) + 2 * (H + I) * d)
     work = f"Activation + Temp ({tokens:,} tokens)"

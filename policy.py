@@ -37,8 +37,10 @@ def load_policy(path, device, rank, ranks, sharded, dtype, checkpoint_activation
     else:
         logprobs = L.TokenLogprobs(compute_copy(model, dtype))
     # foreach: under FSDP2 every parameter is a DTensor (the root is sharded too), so the multi-tensor path
-    # that CUDA picks by default works; CPUs take it as well, so the tests run what GPUs run
-    optimizer = torch.optim.AdamW(model.parameters(), foreach=True, **adamw)
+    # that CUDA picks by default works; CPUs take it there too, so the tests run what GPUs run. A CPU's plain
+    # tensors take the fused kernel: 2.8x foreach's speed here (benchmarks/step_roofline.py)
+    fused = dict(fused=True) if not sharded and torch.device(device).type == "cpu" else dict(foreach=True)
+    optimizer = torch.optim.AdamW(model.parameters(), **fused, **adamw)
     if resume:
         state = {}
         if rank == 0 or not sharded:
@@ -76,13 +78,21 @@ def sampler_module(policy, dtype):
 
 @torch.no_grad()
 def add_grads(model, compute):
-    """A micro-batch's gradients of the compute copy, added to the fp32 parameters' (summed in fp32)."""
+    """A micro-batch's gradients of the compute copy, added to the fp32 parameters' (summed in fp32). Each is
+    converted into one scratch buffer first: 2.2x a mixed-dtype add_'s speed on a CPU (the same sums)."""
     if compute is model:
         return
+    scratch = None
     for p, c in zip(model.parameters(), compute.parameters()):
-        if c.grad is not None:
-            p.grad = c.grad.float() if p.grad is None else p.grad.add_(c.grad)
-            c.grad = None
+        if c.grad is None:
+            continue
+        if p.grad is None:
+            p.grad = torch.empty_like(p).copy_(c.grad)
+        else:
+            if scratch is None or scratch.numel() < p.numel():
+                scratch = torch.empty(max(q.numel() for q in model.parameters()), device=p.device)
+            p.grad.add_(scratch[:p.numel()].view_as(p).copy_(c.grad))
+        c.grad = None
 
 
 @torch.no_grad()

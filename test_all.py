@@ -761,31 +761,33 @@ def test_fp32_head_switch_changes_the_numerics_of_a_bf16_model():
         assert (L.token_logprobs(model, ids, fp32_head=True) - exact).abs().max() < 1e-5
 
 
-def test_the_gpu_fp32_head_has_a_backward_and_its_gradients_are_the_fp32_ones_to_bf16_precision():
-    """GPUs take the fp32 head as bf16 operands with fp32 accumulation (torch.mm(..., out_dtype)), whose
-    own autograd fails; the meta device runs that exact forward and our backward without a GPU."""
+def test_the_fp32_head_has_a_backward_on_gpus_and_cpus_and_its_gradients_are_the_fp32_ones_to_bf16_precision():
+    """A bf16 model's fp32 head is bf16 operands with fp32 accumulation: torch.mm(..., out_dtype) on GPUs, whose
+    own autograd fails (the meta device runs that forward and our backward without a GPU), oneDNN on CPUs.
+    _HeadLogprobs writes the backward out; against autograd through fp32 matmuls of the same bf16 values."""
     hidden = torch.randn(6, 64, dtype=torch.bfloat16, device="meta", requires_grad=True)
     weight = torch.randn(50, 64, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    targets = torch.zeros(6, dtype=torch.long, device="meta")
     with pytest.raises(RuntimeError, match="not implemented"):  # the failure, as torch ships it
         torch.mm(hidden, weight.t(), out_dtype=torch.float32).sum().backward()
-    logits = L._BF16HeadFP32Logits.apply(hidden, weight)
-    assert logits.dtype == torch.float32 and logits.shape == (6, 50)
-    logits.sum().backward()
+    logprobs, _ = L._HeadLogprobs.apply(hidden, weight, None, None, targets, 1.0, True, False)
+    assert logprobs.dtype == torch.float32 and logprobs.shape == (6,)
+    logprobs.sum().backward()
     assert hidden.grad.shape == hidden.shape and weight.grad.dtype == torch.bfloat16
-    # the backward's numbers, on CPU: against autograd through fp32 matmuls of the same bf16 values
     h = torch.randn(6, 64).to(torch.bfloat16).requires_grad_()
-    w = torch.randn(50, 64).to(torch.bfloat16).requires_grad_()
-    g = torch.randn(6, 50)
-    ctx = type("Ctx", (), dict(saved_tensors=(h.detach(), w.detach())))()
-    grad_h, grad_w, _ = L._BF16HeadFP32Logits.backward(ctx, g)
+    w = (torch.randn(50, 64) * 0.3).to(torch.bfloat16).requires_grad_()
+    y, g = torch.randint(0, 50, (6,)), torch.randn(6)
     h32, w32 = h.detach().float().requires_grad_(), w.detach().float().requires_grad_()
-    logits32 = h32 @ w32.t()
-    logits32.backward(g)
-    # the CPU's forward (oneDNN on the fp32 upcast of the bf16 weight): the same exact products, summed in fp32
-    cpu = L._BF16HeadFP32Logits.apply(h.detach(), w.detach(), w.detach().float())
-    assert cpu.dtype == torch.float32 and torch.allclose(cpu, logits32.detach(), rtol=1e-5, atol=1e-5)
-    assert torch.allclose(grad_h.float(), h32.grad, rtol=2e-2, atol=2e-2 * h32.grad.abs().max().item())
-    assert torch.allclose(grad_w.float(), w32.grad, rtol=2e-2, atol=2e-2 * w32.grad.abs().max().item())
+    logits32 = h32 @ w32.t() / 0.7
+    exact = logits32.gather(1, y[:, None])[:, 0] - torch.logsumexp(logits32, -1)
+    exact.backward(g)
+    ours, entropy = L._HeadLogprobs.apply(h, w, w.detach().float(), None, y, 0.7, True, True)  # CPU: oneDNN
+    ours.backward(g)
+    assert torch.allclose(ours, exact.detach(), rtol=1e-5, atol=1e-5)
+    p = torch.softmax(logits32.detach(), -1)
+    assert torch.allclose(entropy, -(p * p.log()).sum(-1), rtol=1e-4, atol=1e-5)
+    assert torch.allclose(h.grad.float(), h32.grad, rtol=2e-2, atol=2e-2 * h32.grad.abs().max().item())
+    assert torch.allclose(w.grad.float(), w32.grad, rtol=2e-2, atol=2e-2 * w32.grad.abs().max().item())
 
 
 def test_zero_variance_filter_drops_groups_with_equal_rewards():
