@@ -60,7 +60,7 @@ def open_log(out_dir, header, rows=None, wandb=None):
             f.writelines(json.dumps(r) + "\n" for r in rows)
         os.replace(path + ".tmp", path)
         for r in rows:
-            for key in (k for k in r if k.startswith("val_reward")):
+            for key in filter(fitted, r):
                 history[key].append((r["gpu_hours"], r[key]))
     log = Log(open(path, "a"), history, wandb)
     if rows is None:
@@ -68,9 +68,14 @@ def open_log(out_dir, header, rows=None, wandb=None):
     return log
 
 
+def fitted(key):
+    """The log's keys the live fits follow: val_reward and val_reward_<domain>, not their standard errors."""
+    return key.startswith("val_reward") and not key.endswith("_se")
+
+
 def log_step(log, row, t_start):
     """The live scaling-law fits on validation steps (one per domain), the JSONL row, the human line."""
-    for key in [k for k in row if k.startswith("val_reward")]:
+    for key in list(filter(fitted, row)):
         log.history[key].append((row["gpu_hours"], row[key]))
         try:  # live prediction: the same fit as `python fit_curve.py out/log.jsonl --y=KEY`
             fit = fit_sigmoid(*zip(*log.history[key]))
@@ -85,10 +90,45 @@ def log_step(log, row, t_start):
     line = [f"step {row['step']}"] + ([f"reward {row['train_reward']:+.3f}", f"loss {row['loss']:.4f}"]
                                       if "train_reward" in row else [])
     if "val_reward" in row:
+        se = f" ± {row['val_reward_se']:.3f}" if "val_reward_se" in row else ""  # over held-out prompts
         fit = f" (fit A {row['fit_A']:.3f})" if "fit_A" in row else ""
-        line.append(f"val {row['val_reward']:.3f}{fit}")
+        line.append(f"val {row['val_reward']:.3f}{se}{fit}")
     line += [f"lag {row['policy_lag_mean']:.2f}"] if "policy_lag_mean" in row else []
     print(" | ".join(line + [f"{row.get('step_time', 0.0):.2f} s", f"{row['time']:.0f} s total"]), flush=True)
+
+
+def open_run(out_dir, config, layout, n_params, isolation, logged):
+    """The master's log (open_log) and its header: the config, the model's size and, with code rewards, the
+    sandbox's isolation (printed too); mirrored to Weights & Biases with the config's wandb_log."""
+    header = dict(config=config, n_params=n_params, world=layout.world)
+    if isolation:  # the isolation code rewards run under
+        header["sandbox"] = isolation
+        print("sandbox: " + "; ".join(f"{k} {v}" for k, v in isolation.items()), flush=True)
+    mirror = None
+    if config["wandb_log"]:  # imported only when on
+        import wandb as mirror
+        mirror.init(project=config["wandb_project"], name=config["wandb_run_name"] or None, config=config)
+    return open_log(out_dir, header, logged, mirror)
+
+
+def count(counters, step, stats, generated, n_params, started, cpu_start, world):
+    """A step into the run's counters -> its log row: each generated token counted once (~2N FLOPs a token
+    generated, ~6N trained), the wall time of sampling and training since `started` (validation apart)."""
+    counters["flops"] += 2 * n_params * generated + 6 * n_params * stats["trained_tokens"]
+    counters["tokens"] += generated
+    counters["train_seconds"] += time.time() - started
+    counters["cpu_seconds"] = time.process_time() - cpu_start  # validation included
+    return dict(step=step, gpu_hours=counters["train_seconds"] * world / 3600, flops=counters["flops"],
+                tokens=counters["tokens"], cpu_seconds=counters["cpu_seconds"],
+                step_time=time.time() - started, **stats)
+
+
+def save_run(out_dir, policy, task, layout, curriculum, rollouts, state):
+    """The checkpoint: weights and optimizer, every rank's curriculum and its groups in flight, `state`."""
+    from distributed import gather_objects
+    share = dict(curriculum=curriculum.state_dict(), in_flight=rollouts.in_flight())
+    shares = gather_objects(share) if layout.role == "data_parallel" else [share]
+    save(out_dir, policy, task.tokenizer, dict(state, world=layout.world, shares=shares))
 
 
 def save(out_dir, policy, tokenizer, state):

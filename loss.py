@@ -25,9 +25,8 @@ import torch.nn.functional as F
 
 @contextmanager
 def _bf16_products():
-    """CPU: oneDNN runs fp32 matmuls on bf16 operands, accumulating in fp32: torch 2.13's one CPU route to
-    fp32 logits at bf16 speed (torch.mm(..., out_dtype=float32) is CUDA-only); exact for operands of bf16
-    values."""
+    """CPU: oneDNN runs fp32 matmuls on bf16 operands, summing in fp32 (exact for bf16 values): torch 2.13's
+    one CPU route to fp32 logits at bf16 speed (torch.mm(..., out_dtype=float32) is CUDA-only)."""
     before = torch.backends.mkldnn.matmul.fp32_precision
     torch.backends.mkldnn.matmul.fp32_precision = "bf16"
     try:
@@ -37,8 +36,7 @@ def _bf16_products():
 
 
 def head_weight(model, fp32_head=True):
-    """The LM head's weight as the head takes it: on CPUs upcast to fp32 once (per decode step or
-    micro-batch, not per chunk); as stored on GPUs, whose matmul returns fp32 itself, and in the ablation."""
+    """The LM head's weight as _head takes it: on CPUs upcast to fp32 once a decode step or micro-batch."""
     weight = model.get_output_embeddings().weight
     return weight.float() if fp32_head and not weight.is_cuda else weight
 
@@ -62,10 +60,9 @@ def _head(hidden, weight, weight32, bias, temperature, fp32_head=True):
 
 
 def lm_head_logits(model, hidden, temperature=1.0, fp32_head=True, weight=None):
-    """(..., H) final hidden states -> (..., V) fp32 logits already divided by the temperature, without
-    gradient (the trainer's go through _HeadLogprobs). The FP32 head removed most of the paper's generator/
-    trainer mismatch (A 0.52 -> 0.61). Works with tied embeddings (the head weight *is* the embedding
-    matrix then). weight: head_weight(model, fp32_head), if already cast."""
+    """(..., H) final hidden states -> (..., V) fp32 logits / temperature, without gradient (the trainer's
+    go through _HeadLogprobs); weight: head_weight(model, fp32_head), if already cast. The FP32 head removed
+    most of the paper's generator/trainer mismatch (A 0.52 -> 0.61)."""
     head = model.get_output_embeddings()
     weight = head_weight(model, fp32_head) if weight is None else weight
     upcast = weight if weight.dtype != head.weight.dtype else None  # CPU: a bf16 head's fp32 copy
@@ -110,13 +107,9 @@ class _HeadLogprobs(torch.autograd.Function):
 
 def token_logprobs(model, input_ids, temperature=1.0, fp32_head=True, attention_mask=None,
                    with_entropy=False, chunk_tokens=None):
-    """Log-probs of input_ids[:, 1:] under a transformers causal LM: (B, T) ids -> (B, T-1) fp32.
-
-    The head and the log-softmax run over chunks of positions (_HeadLogprobs), so neither the forward nor
-    the saved-for-backward state ever holds a full (B, T, V) fp32 tensor (V = 152k for Qwen; 14k-token
-    completions). with_entropy also returns the policy's entropy at each position
-    (B, T-1), without grad (a diagnostic). The decoder layers are checkpointed too when the model has
-    gradient checkpointing enabled (train.py's checkpoint_activations)."""
+    """Log-probs of input_ids[:, 1:] under a transformers causal LM: (B, T) ids -> (B, T-1) fp32, and
+    with_entropy the policy's entropy at each position (no gradient: a diagnostic). The head runs over
+    chunks of positions (_HeadLogprobs): no (B, T, V) fp32 tensor is ever held (V = 152k for Qwen)."""
     body = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
     hidden = body.last_hidden_state
     B, T, H = hidden.shape
@@ -139,9 +132,8 @@ def token_logprobs(model, input_ids, temperature=1.0, fp32_head=True, attention_
 
 
 class TokenLogprobs(torch.nn.Module):
-    """token_logprobs as the forward of a module that holds the causal LM, so that under FSDP2 it can be the
-    root: fully_shard's hooks run on a module's forward, and this one uses the embeddings, the final norm and
-    the head (the layers are shard units of their own)."""
+    """token_logprobs as the forward of a module holding the causal LM: under FSDP2 the root, whose forward
+    uses the embeddings, the final norm and the head (fully_shard's hooks run on a module's forward)."""
 
     def __init__(self, model):
         super().__init__()

@@ -147,19 +147,26 @@ def check(roles, gpu_bytes, one_gpu):
     return None
 
 
-def plan_run(path, layout, dtype_bytes, tokens_per_micro_batch, checkpoint, max_len, vllm_share,
-             bucket_bytes, sync_every=True, expected_len=None, slots=0):
-    """train.py's plan for the model at `path`, printed on rank 0 -> check()'s verdict on CUDA."""
+def plan_run(path, layout, config, max_len):
+    """The plan of train.py's `config` for the model at `path` and this layout, printed on rank 0, with a
+    WARNING when sampler_slots exceed what the planned KV cache holds -> check()'s verdict on CUDA."""
     from transformers import AutoConfig
     gpu = torch.cuda.get_device_properties(layout.device).total_memory if layout.device.type == "cuda" else 0
-    share = vllm_share if gpu else 0.0  # vLLM's memory is planned on CUDA only
     one_gpu = layout.world == 1
+    share = config["vllm_gpu_memory" if one_gpu else "vllm_gpu_memory_own"]
+    share = share if gpu and config["sampler"] == "vllm" else 0.0  # vLLM's memory is planned on CUDA only
+    rows = config["micro_batch"] or config["prompts_per_step"] * config["samples_per_prompt"]
+    tokens = min(config["micro_batch_tokens"] or rows * max_len, rows * max_len)  # a micro-batch's at most
+    expected = max_len - (config["think_budget_max"] + config["answer_budget"]) // 2  # slots_that_fit's
     shape = shape_of(AutoConfig.from_pretrained(path))
     # sharded by FSDP2 when 2+ trainers sit beside sampler ranks (else data parallel)
-    roles = plan(shape, layout.trainers, layout.trainers > 1 and layout.samplers > 0,
-                 layout.samplers, one_gpu, dtype_bytes, tokens_per_micro_batch, checkpoint, max_len,
-                 share, bucket_bytes, gpu, sync_every, layout.device.type == "cpu", expected_len)
-    warning = share and slots_warning(kv_cache(shape, share, gpu)[1], expected_len, slots)
+    sharded = layout.trainers > 1 and layout.samplers > 0
+    dtype_bytes = 2 if config["dtype"] == "bfloat16" else 4
+    bucket = config["weight_bucket_mb"] << 20
+    cpu = layout.device.type == "cpu"
+    roles = plan(shape, layout.trainers, sharded, layout.samplers, one_gpu, dtype_bytes, tokens,
+                 config["checkpoint_activations"], max_len, share, bucket, gpu, True, cpu, expected)
+    warning = share and slots_warning(kv_cache(shape, share, gpu)[1], expected, config["sampler_slots"])
     if layout.rank == 0:
         print(describe(roles, gpu or None) + (f"\n{warning}" if warning else ""), flush=True)
     return check(roles, gpu, one_gpu) if gpu else None

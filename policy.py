@@ -62,24 +62,22 @@ def shard(model, dtype, root):
 
 
 def compute_copy(model, dtype):
-    """One process, or data parallel, in bf16: FSDP2's numerics without FSDP2. The copy in `dtype` runs
-    forward and backward (and, in one process, decodes); add_grads() after each micro-batch,
-    copy_weights() after each step."""
+    """FSDP2's numerics without FSDP2 (one process, data parallel): a copy in `dtype` runs forward and
+    backward; add_grads() after each micro-batch, copy_weights() after each step."""
     return model if dtype == torch.float32 else copy.deepcopy(model).to(dtype)
 
 
 def sampler_module(policy, dtype):
-    """What a torch sampler in the trainer's process decodes with: the trainer's compute module when it
-    computes in `dtype` (zero-copy updates), else a copy in `dtype` (the fp32 master itself for fp32) that
-    push_weights fills."""
+    """A torch sampler's module in the trainer's process: the compute module when it computes in `dtype`
+    (zero-copy updates), else a copy in `dtype` (fp32: the master itself) that push_weights fills."""
     return policy.logprobs.model if next(policy.logprobs.model.parameters()).dtype == dtype else \
         compute_copy(policy.model, dtype)
 
 
 @torch.no_grad()
 def add_grads(model, compute):
-    """A micro-batch's gradients of the compute copy, added to the fp32 parameters' (summed in fp32). Each is
-    converted into one scratch buffer first: 2.2x a mixed-dtype add_'s speed on a CPU (the same sums)."""
+    """A micro-batch's gradients of the compute copy, added to the fp32 parameters' (summed in fp32),
+    through one scratch buffer: faster than a mixed-dtype add_ on a CPU (the same sums)."""
     if compute is model:
         return
     scratch = None
@@ -172,9 +170,8 @@ def weight_buckets(model, plan, dtype):
 
 def push_weights(policy, samplers, version, dtype, bucket_bytes):
     """After a step, the new weights into every sampler, in flight (PipelineRL), in buckets cast to `dtype`:
-    to the sampler ranks, or into vLLM in this process as an iterator. A torch sampler that decodes with
-    the trainer's own modules (compute, or fp32 master) has nothing to copy; a follower trainer (samplers
-    None) joins the gathers only."""
+    to the sampler ranks, or into vLLM in this process; a torch sampler on the trainer's own module has
+    nothing to copy; a follower trainer (samplers None) joins the gathers only."""
     own = (policy.logprobs.model, policy.model)  # the modules a torch sampler in this process may decode with
     if any(getattr(samplers, "model", None) is m for m in own):
         return samplers.update_weights(None, version)

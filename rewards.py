@@ -1,24 +1,14 @@
 """
 Rewards: +1 for a solved problem, -1 for anything else (ScaleRL), in every domain: the built-in task's digit,
 a math problem's final answer, a program's tests (judge.py). A policy optimises whatever a reward pays for
-(RL found `12 / 2 =` paid for gold 6 within half an hour here), so rewards are written against an adversary:
+(RL found `12 / 2 =` paid for gold 6 within half an hour here), so the math reward is written against an
+adversary (ours, after verl's string match and PRM800K's grader; README's "Your own model and data"): one
+final answer, a hedge is -1; numeric gold wants a literal compared exactly; symbolic gold gets math-verify,
+decimals taken exactly, costly answers refused before parsing and the rest under a wall-clock limit that holds
+in any thread. The text scored: after the last </think>; all of it when no thinking was opened; -1 when
+thinking was opened and never closed.
 
     python benchmarks/rewards.py     # 256 adversarial answers and 256 honest ones, timed
-
-The text scored: after the last </think>; all of it when no thinking was opened; -1 when thinking was
-opened (by the prompt or the completion) and never closed. Math (ours, after verl's string match and
-PRM800K's grader):
-- One final answer: the \\boxed{} of the last few hundred characters (different boxes: -1), else what
-  follows the last "answer is" / "Answer:" / "####", else the last sentence holding a number. A hedge
-  (`5 or 6`, a list, `x = 5 or x = 6`) is -1; a self-correction ("The answer is 5. Actually 6.") counts
-  its last answer.
-- Numeric gold (a literal once $, thousands commas, %, units and a trailing period are stripped): the
-  answer must be a literal too (an integer, a decimal, a fraction in lowest terms), compared exactly; a
-  chain counts what follows its last '='. An operation left in it (`12/2`, `3*4`, `\\sqrt{36}`, `3!`) is -1.
-- Symbolic gold (\\frac{\\sqrt 3}{2}, intervals, sets): math-verify's equivalence, a decimal taken as the
-  exact fraction it writes (0.5 yes, 0.4999999 no). A long answer, a tower of powers or deep nesting is -1
-  before any parsing; the rest runs in math-verify's worker processes, under a wall-clock limit that holds
-  in any thread.
 """
 import json
 import os
@@ -43,8 +33,8 @@ WORKERS = 2            # verify_timeout); math-verify's worker processes
 
 
 def scored_text(prompt, completion_text):
-    """What a completion is scored on: the text after its last </think>; all of it when no thinking was
-    opened; None when thinking was opened, by the prompt or the completion, and never closed."""
+    """The text after a completion's last </think>; all of it when no thinking was opened; None when thinking
+    was opened (by the prompt or the completion) and never closed."""
     if THINK_END in completion_text:
         return completion_text.rsplit(THINK_END, 1)[1].strip().removesuffix("<eos>").strip()
     return None if prompt.opens_thinking or THINK_START in completion_text else completion_text
@@ -188,8 +178,8 @@ for line in sys.stdin:
 
 
 class Verifier:
-    """One math-verify worker process: an answer past its time (or one that kills the worker) is -1 and the
-    worker is killed; the next answer starts a fresh one (its ~1 s of imports not counted as the answer's)."""
+    """One math-verify worker process: an answer past its time (or one that kills it) is -1 and the worker
+    killed; the next answer starts a fresh one (its ~1 s of imports not counted as the answer's)."""
 
     def __init__(self):
         self.proc = None

@@ -2839,6 +2839,8 @@ def test_evaluate_counts_the_training_tokens_decoded_during_validation(train_con
     sharded = P.Policy(None, None, None, 0, 2, True)  # no mismatch measured: that needs the whole model
     scores, training_tokens = train.evaluate(samplers, rollouts, task, ONE_PROCESS, sharded, 0)
     assert scores.pop("val_seconds") >= 0
+    # the prompts' pass rates: 0.5, 0, 0.5: their standard error sqrt((1/6 - 1/9) / 3)
+    assert scores.pop("val_reward_se") == pytest.approx(math.sqrt((1 / 6 - 1 / 9) / 3))
     assert scores == {"val_reward": 1 / 3, "val_pass@2": 2 / 3, "val_reward_code": 0.0, "val_reward_math": 0.5,
                       "val_pass@2_code": 0.0, "val_pass@2_math": 1.0}
     assert training_tokens == 2 * 2 * 3  # 3 engine steps of validation, 2 groups x 2 completions decoding beside it
@@ -3302,9 +3304,9 @@ def test_gsm8k_rows_take_the_number_after_the_hashes_without_thousands_commas(tm
         dict(question="Tom has 3 apples\nand 4 more.  How many?", answer="3 + 4 = <<3+4=7>>7\n#### 7"),
         dict(question="A car costs?", answer="It costs 1,000 + 250 = 1,250 dollars.\n#### 1,250"),
         dict(question="Loss?", answer="#### -3.5"), ""])
-    assert qwen.gsm8k_rows(path) == [dict(problem="Tom has 3 apples and 4 more. How many?", answer="7", domain="gsm8k"),
-                                     dict(problem="A car costs?", answer="1250", domain="gsm8k"),
-                                     dict(problem="Loss?", answer="-3.5", domain="gsm8k")]
+    ask = lambda problem: dict(problem=problem, prompt=f"{problem}\n{qwen.MATH_REPLY}", domain="gsm8k")
+    assert qwen.gsm8k_rows(path) == [dict(ask("Tom has 3 apples and 4 more. How many?"), answer="7"),
+                                     dict(ask("A car costs?"), answer="1250"), dict(ask("Loss?"), answer="-3.5")]
 
 
 @pytest.mark.parametrize("bad, why", [(dict(question="Q?", answer="#### seven"), "the answer after '####' is not a number"),
@@ -3327,8 +3329,9 @@ def test_math_rows_keep_the_levels_asked_for_with_the_last_boxed_answer(tmp_path
         dict(problem="Two boxes", level="Level 2", solution="First $\\boxed{1}$, then $\\boxed{x^{2}+1}$"),
         dict(problem="No box", level="Level 2", solution="It is 4."),
         dict(problem="Unclosed", level="Level 1", solution="\\boxed{4")])
-    assert qwen.math_rows(path) == [dict(problem="Half of 1?", answer="\\frac{1}{2}"),
-                                    dict(problem="Two boxes", answer="x^{2}+1")]
+    ask = lambda problem: dict(problem=problem, prompt=f"{problem}\n{qwen.MATH_REPLY}")
+    assert qwen.math_rows(path) == [dict(ask("Half of 1?"), answer="\\frac{1}{2}"),
+                                    dict(ask("Two boxes"), answer="x^{2}+1")]
 
 
 def humaneval_file(tmp_path):

@@ -173,9 +173,7 @@ def check_config():
 # the training step
 
 def reward_groups(groups, task, curriculum):
-    """Reward every completion (+1 / -1, the batch at once: rewards.score) and keep the pass rate of the
-    prompt's latest group for No-Positive-Resampling. 'penalty' adds DAPO's overlong penalty to correct
-    answers: clip((L_max - |y|) / L_cache - 1, -1, 0), 0 up to L_max - L_cache, -1 at L_max."""
+    """Reward every completion (+1 / -1, the batch at once) and give the curriculum each group's pass rate."""
     pairs = [(task.prompts[g.index], data.decode(task, c.token_ids)) for g in groups for c in g.completions]
     scores = iter(rewards.score(pairs, verify_timeout))
     L_max = think_budget_max + answer_budget
@@ -183,15 +181,15 @@ def reward_groups(groups, task, curriculum):
         g.rewards = [next(scores) for _ in g.completions]
         curriculum.update(g.index, sum(r > 0 for r in g.rewards) / len(g.rewards))
         if length_control == "penalty":
+            # DAPO's overlong penalty on correct answers: 0 up to L_max - L_cache, -1 at L_max
             penalties = [min(max((L_max - len(c.token_ids)) / penalty_cache - 1, -1.0), 0.0)
                          for c in g.completions]
             g.rewards = [r + p if r > 0 else r for r, p in zip(g.rewards, penalties)]
 
 
 def collate(groups, advantages, pad_id):
-    """Completion rows of the kept groups -> right-padded tensors, aligned the way loss.py wants:
-    position t of (N, T-1) predicts token t+1, so completion token j of a row sits at len(prompt)-1+j.
-    Completions cut at the answer budget are masked out unless train_truncated (paper, A.16)."""
+    """Completion rows of the kept groups -> right-padded tensors, aligned as loss.py wants (position t of
+    (N, T-1) predicts token t+1: completion token j of a row sits at len(prompt)-1+j)."""
     rows = [(g.prompt_ids, c, a) for g, adv in zip(groups, advantages)
             for c, a in zip(g.completions, adv.tolist())]
     lengths = torch.tensor([len(p) + len(c.token_ids) for p, c, _ in rows])
@@ -204,16 +202,15 @@ def collate(groups, advantages, pad_id):
         n, k = len(prompt_ids), len(c.token_ids)
         ids[r, :n + k] = torch.tensor(prompt_ids + c.token_ids)
         behaviour[r, n - 1:n - 1 + k] = torch.tensor(c.logprobs, dtype=torch.float32)  # NaN on forced tokens
-        if train_truncated or c.finish_reason != "truncated":
+        if train_truncated or c.finish_reason != "truncated":  # cut at the answer budget (paper, A.16)
             mask[r, n - 1:n - 1 + k] = torch.tensor(c.policy_mask, dtype=torch.float32)
     return ids, lengths, behaviour, mask, prompt_index, torch.tensor([a for _, _, a in rows])
 
 
 def micro_batches(lengths, rank, ranks):
-    """This trainer's micro-batches of rows: rows sorted by length (similar lengths share a micro-batch:
-    less padding) and dealt round-robin to the trainers, then packed while a micro-batch holds at most
-    micro_batch rows and micro_batch_tokens padded tokens (a row longer than that goes alone). Every
-    trainer runs the same number (FSDP2's gathers pair up): shorter lists end with empty micro-batches."""
+    """This trainer's micro-batches: rows by length (less padding), dealt round-robin to the trainers, packed
+    while a micro-batch holds at most micro_batch rows and micro_batch_tokens padded tokens."""
+    # every trainer runs the same number (FSDP2's gathers pair up): shorter lists end with empty micro-batches
     order = torch.argsort(lengths, descending=True, stable=True).tolist()
     packed = []
     for r in range(ranks):
@@ -236,27 +233,26 @@ def lr_at(step):
 
 
 def rollout_stats(groups, step):
-    """What the log says of a batch before any learning: rewards, lengths, cuts, PipelineRL's lag (the trainer
-    holds version `step`) and the completions that received new weights mid-sequence."""
+    """The log's figures of a batch before any learning: rewards, lengths, cuts, PipelineRL's lag."""
     scores = torch.tensor([g.rewards for g in groups])  # (P, G)
     completions = [c for g in groups for c in g.completions]
     n = len(completions)
     truncated = sum(c.finish_reason == "truncated" for c in completions)
-    lags = [step - v for c in completions for v in c.versions]
+    lags = [step - v for c in completions for v in c.versions]  # the trainer holds version `step`
     return dict(train_reward=scores.mean().item(), train_pass_rate=(scores > 0).float().mean().item(),
                 lr=lr_at(step + 1), truncation_rate=truncated / n,
                 truncated_excluded=0 if train_truncated else truncated,
                 interruption_rate=sum(c.interrupted for c in completions) / n,
                 completion_tokens=sum(len(c.token_ids) for c in completions),
                 policy_lag_mean=sum(lags) / len(lags), policy_lag_max=max(lags),
+                # completions that received new weights mid-sequence
                 inflight_update_frac=sum(len(set(c.versions)) > 1 for c in completions) / n)
 
 
 def train_step(policy, groups, step, pad_id):
-    """The optimizer step after `step` earlier ones, on P scored groups -> the log's training stats.
-    Zero-variance filter, advantages, fp32-head log-probs, the loss summed over micro-batches with
-    weights built on the whole batch, clip, AdamW. Every trainer rank runs it on the same batch and
-    computes its share of the rows. A non-finite loss or gradient skips the update."""
+    """The optimizer step after `step` earlier ones, on P scored groups -> the log's training stats: the
+    zero-variance filter, advantages, fp32-head log-probs, the loss over micro-batches, clip, AdamW."""
+    # every trainer rank runs it on the same batch and computes its share of the rows
     scores = torch.tensor([g.rewards for g in groups])  # (P, G)
     keep = loss.zero_variance_mask(scores) if zero_var_filter else torch.ones(len(groups), dtype=torch.bool)
     stats = dict(rollout_stats(groups, step), effective_prompts=int(keep.sum()))
@@ -307,10 +303,10 @@ def train_step(policy, groups, step, pad_id):
 
 @torch.no_grad()
 def evaluate(samplers, rollouts, task, layout, policy, pad_id):
-    """mean@k and pass@k (k = eval_samples) on the held-out prompts, overall and per domain, sampled as in
-    training (the paper's mean@16 is) under interruption whatever length_control (one protocol, ours), on the
-    training samplers (their groups decode on, wait in `rollouts` and count in the tokens returned); with no
-    update meanwhile, the sampler/trainer mismatch without staleness."""
+    """mean@k and pass@k (k = eval_samples) on the held-out prompts, overall and per domain, and the
+    sampler/trainer mismatch without staleness -> (figures, the training tokens decoded meanwhile)."""
+    # sampled as in training (the paper's mean@16 is), under interruption whatever length_control (one
+    # protocol, ours), on the training samplers: their groups decode on and wait in `rollouts`
     started = time.time()
     for i, prompt in enumerate(task.val_prompts):
         samplers.add(("val", i), prompt.input_ids, eval_samples, (think_budget_min, think_budget_max))
@@ -334,12 +330,15 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
             counts["total" + key] += len(passed)
             counts["solved" + key] += any(passed)
             counts["prompts" + key] += 1
+            counts["squares" + key] += (sum(passed) / len(passed)) ** 2  # for the standard error over prompts
     if layout.role == "data_parallel":  # every rank evaluated its share
         counts = distributed.all_reduce_sums({kind + d: counts[kind + d] for kind in COUNTS
                                               for d in ["", *(f"_{d}" for d in task.domains)]})
     k = f"val_pass@{eval_samples}"  # as peers log it (nanochat, prime-rl, verl): any of the k samples right
-    result = {"val_reward": counts["correct"] / counts["total"], k: counts["solved"] / counts["prompts"],
-              "val_seconds": time.time() - started}
+    mean = counts["correct"] / counts["total"]
+    spread = max(counts["squares"] / counts["prompts"] - mean ** 2, 0.0)  # the prompts' pass rates' variance
+    result = {"val_reward": mean, "val_reward_se": (spread / counts["prompts"]) ** 0.5,
+              k: counts["solved"] / counts["prompts"], "val_seconds": time.time() - started}
     for d in task.domains if len(task.domains) > 1 else ():
         result[f"val_reward_{d}"] = counts[f"correct_{d}"] / max(counts[f"total_{d}"], 1)
         result[f"{k}_{d}"] = counts[f"solved_{d}"] / max(counts[f"prompts_{d}"], 1)
@@ -353,13 +352,13 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
     return result, tokens - val_tokens
 
 
-COUNTS = ("correct", "total", "solved", "prompts")  # evaluate's sums: samples right, all, prompts solved, all
+COUNTS = ("correct", "total", "solved", "prompts", "squares")  # evaluate's sums (samples, prompts)
 
 # -----------------------------------------------------------------------------
 # the roles and their parts
 
 def tiny_model():
-    """The built-in task's base model: its directory, built once by data/builtin/prepare.py (~1 minute)."""
+    """The built-in task's base model directory, built once by data/builtin/prepare.py (~1 minute)."""
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "builtin", "prepare.py")
     prepare = subprocess.run([sys.executable, script, f"--seed={data_seed}", "--measure=False"],
                              stdout=subprocess.PIPE, text=True)
@@ -369,7 +368,7 @@ def tiny_model():
 
 
 def load_task(path, layout):
-    """The task; a data-parallel rank keeps every world-th prompt (its curriculum and validation share)."""
+    """The task; a data-parallel rank keeps every world-th prompt (its curriculum, its validation share)."""
     try:
         task = data.load_task(data_path, path, n_train, n_val, data_seed, prompt_field or None, answer_field,
                               prompt_template, sandbox_unsafe)
@@ -381,23 +380,6 @@ def load_task(path, layout):
                          val_prompts=task.val_prompts[layout.rank::layout.world])
 
 
-def vllm_share(layout):
-    return vllm_gpu_memory if layout.world == 1 else vllm_gpu_memory_own
-
-
-def plan_memory(path, layout, max_len):
-    """memory.py's plan of every role, printed by the master; on CUDA a role that cannot fit stops the run."""
-    rows = micro_batch or prompts_per_step * samples_per_prompt  # at most this many rows per micro-batch
-    tokens = min(micro_batch_tokens or rows * max_len, rows * max_len)
-    expected = max_len - (think_budget_max + answer_budget) // 2  # memory.slots_that_fit's expected length
-    share = vllm_share(layout) if sampler == "vllm" else 0.0
-    problem = memory.plan_run(path, layout, 2 if dtype == "bfloat16" else 4, tokens, checkpoint_activations,
-                              max_len, share, weight_bucket_mb << 20, expected_len=expected,
-                              slots=sampler_slots)
-    if problem:
-        fail(problem)
-
-
 def make_policy(path, layout, resume=False):
     """The trainer's Policy (policy.py): sharded by FSDP2 when 2+ trainers sit beside sampler ranks."""
     sharded = layout.trainers > 1 and layout.samplers > 0
@@ -407,8 +389,8 @@ def make_policy(path, layout, resume=False):
 
 
 def make_sampler(path, task, layout, version, max_len, policy=None):
-    """A sampler in this process: the torch one decodes with the trainer's own compute module (one process,
-    the same dtype: zero-copy updates) or its own copy in sampler_dtype; the vLLM one starts an engine."""
+    """A sampler in this process: torch's decodes with the trainer's compute module (the same dtype: zero-copy
+    updates) or a copy in sampler_dtype; vLLM's starts an engine."""
     encode = lambda text: task.tokenizer.encode(text, add_special_tokens=False)
     knobs = dict(temperature=temperature, fp32_head=fp32_head, max_seqs=sampler_slots,
                  seed=seed + 1000 * layout.rank + version, eos_ids=task.eos_ids,
@@ -423,7 +405,8 @@ def make_sampler(path, task, layout, version, max_len, policy=None):
             AutoModelForCausalLM.from_pretrained(path, dtype=as_sampled).to(layout.device).eval()
         handle = TorchSampler(module, **knobs)
     else:
-        budget = dict(gpu_memory_utilization=vllm_share(layout)) if device == "cuda" else \
+        share = vllm_gpu_memory if layout.world == 1 else vllm_gpu_memory_own
+        budget = dict(gpu_memory_utilization=share) if device == "cuda" else \
             dict(kv_cache_memory_bytes=1 << 30)
         engine = dict(dtype=sampler_dtype, max_model_len=max_len, **budget)
         handle = VLLMSampler(path, engine_kwargs=engine, **knobs)
@@ -444,8 +427,8 @@ def run_sampler(path, task, layout, version, max_len):
 
 
 def run_follower(path, task, layout, pad_id, resume):
-    """A follower trainer's life: each message from the master is a batch, its step and whether to
-    checkpoint; it trains its share of the rows and joins the gathers, for as long as the master lives."""
+    """A follower trainer's life: it trains its share of each batch the master sends, joins the gathers
+    and checkpoints, for as long as the master lives."""
     policy = make_policy(path, layout, resume)
     while (message := layout.mailbox.get(0, "the master (rank 0)"))[0] != "stop":
         _, batch, step, save = message
@@ -455,25 +438,9 @@ def run_follower(path, task, layout, pad_id, resume):
             checkpoint.save(out_dir, policy, task.tokenizer, None)
 
 
-def open_run_log(layout, config, n_params, task, logged):
-    """The master's log (checkpoint.open_log) and its header: the config, the model's size and, with code
-    rewards, the sandbox's isolation; mirrored to Weights & Biases with wandb_log. None on other ranks."""
-    if layout.rank != 0:
-        return None
-    header = dict(config=config, n_params=n_params, world=layout.world)
-    if any(p.code for p in task.prompts + task.val_prompts):  # the isolation code rewards run under
-        header["sandbox"] = sandbox.isolation()
-        print("sandbox: " + "; ".join(f"{k} {v}" for k, v in header["sandbox"].items()), flush=True)
-    mirror = None
-    if wandb_log:  # imported only when on
-        import wandb as mirror
-        mirror.init(project=wandb_project, name=wandb_run_name or None, config=config)
-    return checkpoint.open_log(out_dir, header, logged, mirror)
-
 def master_parts(path, task, layout, state, step, max_len):
-    """The master's parts (or the one process's, a data-parallel rank's), resumed from `state` if there is
-    one: the policy, the curriculum, the off-policy scheduler and the groups it had in flight, the samplers
-    (its own, or the sampler ranks) and how many sequences they may decode at once."""
+    """The master's parts (the one process's, a data-parallel rank's), resumed from `state` if there is one:
+    the policy, curriculum, scheduler (and its groups in flight), samplers and how many may decode at once."""
     dp = layout.role == "data_parallel"
     policy = make_policy(path, layout, resume=state is not None)
     if dp and state and state["world"] != layout.world:
@@ -495,24 +462,6 @@ def master_parts(path, task, layout, state, step, max_len):
     slots += local_prompts * samples_per_prompt if layout.samplers else 0
     return policy, curriculum, rollouts, samplers, slots
 
-
-def count(counters, step, stats, generated, n_params, started, cpu_start, world):
-    """A step into the run's counters -> its log row: each generated token counted once (~2N FLOPs a token
-    generated, ~6N trained), the wall time of sampling and training since `started` (validation apart)."""
-    counters["flops"] += 2 * n_params * generated + 6 * n_params * stats["trained_tokens"]
-    counters["tokens"] += generated
-    counters["train_seconds"] += time.time() - started
-    counters["cpu_seconds"] = time.process_time() - cpu_start  # validation included
-    return dict(step=step, gpu_hours=counters["train_seconds"] * world / 3600, flops=counters["flops"],
-                tokens=counters["tokens"], cpu_seconds=counters["cpu_seconds"],
-                step_time=time.time() - started, **stats)
-
-
-def save_run(policy, task, layout, curriculum, rollouts, state):
-    """The checkpoint: weights and optimizer, every rank's curriculum and its groups in flight, `state`."""
-    share = dict(curriculum=curriculum.state_dict(), in_flight=rollouts.in_flight())
-    shares = distributed.gather_objects(share) if layout.role == "data_parallel" else [share]
-    checkpoint.save(out_dir, policy, task.tokenizer, dict(state, world=layout.world, shares=shares))
 
 # -----------------------------------------------------------------------------
 if __name__ == "__main__":
@@ -538,7 +487,9 @@ if __name__ == "__main__":
     # room for the longest prompt, the thinking, the interruption phrase and the answer
     longest = max(len(p.input_ids) for p in task.prompts + task.val_prompts)
     max_len = longest + think_budget_max + answer_budget + len(data.interruption(task.tokenizer))
-    plan_memory(load_path, layout, max_len)
+    problem = memory.plan_run(load_path, layout, config, max_len)
+    if problem:
+        fail(problem)
 
     if layout.role == "sampler":  # generate until the master says stop
         run_sampler(load_path, task, layout, step, max_len)
@@ -549,7 +500,9 @@ if __name__ == "__main__":
                                                                      max_len)
         n_params = sum(p.numel() for p in policy.model.parameters())
         counters = state["counters"] if state else dict(train_seconds=0.0, flops=0.0, tokens=0)
-        log = open_run_log(layout, config, n_params, task, logged)
+        code = any(p.code for p in task.prompts + task.val_prompts)
+        isolation = sandbox.isolation() if master and code else None  # what code rewards run under
+        log = checkpoint.open_run(out_dir, config, layout, n_params, isolation, logged) if master else None
         t_start = time.time()
         # this process's CPU time, validation included, a resumed run's earlier time too
         cpu_start = time.process_time() - counters.get("cpu_seconds", 0.0)
@@ -595,12 +548,13 @@ if __name__ == "__main__":
             stats = train_step(policy, batch, step, pad_id)
             step += 1
             push_weights(policy, samplers, step, getattr(torch, sampler_dtype), weight_bucket_mb << 20)
-            row = count(counters, step, stats, generated, n_params, segment_start, cpu_start, layout.world)
+            row = checkpoint.count(counters, step, stats, generated, n_params, segment_start, cpu_start,
+                                   layout.world)
             generated = 0
             evaluate_row = step % eval_interval == 0 or last
             if save:  # before a validation that may take hours
-                save_run(policy, task, layout, curriculum, rollouts, dict(step=step, counters=counters,
-                                                                          config=config, row=row, last=last))
+                checkpoint.save_run(out_dir, policy, task, layout, curriculum, rollouts,
+                                    dict(step=step, counters=counters, config=config, row=row, last=last))
         if rollouts.starved and last and master:
             print(f"every training prompt{' of a data-parallel share' if dp else ''} is retired by "
                   "No-Positive-Resampling: stopping")

