@@ -1,20 +1,7 @@
 """
-Tasks for RL: prompts, their held-out split, the reward, and the curriculum (No-Positive-Resampling).
+Tasks for RL: the built-in task, JSONL math and code rows (README), held-out splits, No-Positive-Resampling.
 
     python data.py --data=FILE.jsonl    # check a JSONL dataset: its size, or its first error
-
-data_path: "builtin" (below), local JSONL files of math or code problems (README gives the row formats), or
-several, comma-separated, optionally weighted ("math.jsonl:2,code.jsonl:1"). Every prompt keeps its domain
-("builtin", the file's stem or a row's "domain"); each domain holds out n_val prompts and trains on at most
-n_train (ours: every domain's curve gets the same precision); validation reports val_reward_<domain>.
-
-The built-in task (ours; the paper trains on Polaris-53K math), its prompts i.i.d. from one generator (the
-held-out ones never in training), its base model made by data/builtin/prepare.py: 2-20 numbers from 0-3
-tagged by letters, the running sum mod 10 after each, then the last: a3b0c2d1e2 -> <think>a3b3c5d6e8</think>8.
-Its budgets cut no correct chain (a chain of n numbers ends with '</think>' as completion token 2n + 2, 42 at
-most), so the interruption acts only on runaway chains, as the paper's 10-12k of thinking does.
-
-The rewards of every domain are rewards.py's.
 """
 import json
 import math
@@ -33,9 +20,15 @@ import sandbox
 
 INTERRUPT_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
 THINK_START, THINK_END = "<think>", "</think>"
+# The built-in task (ours; the paper trains on Polaris-53K math), its prompts i.i.d. from one generator (the
+# held-out ones never in training), its base model made by data/builtin/prepare.py: 2-20 numbers from 0-3
+# tagged by letters, the running sum mod 10 after each, then the last:
+# a3b0c2d1e2 -> <think>a3b3c5d6e8</think>8.
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 TINY_TASK = dict(min_terms=2, max_terms=20, max_term=3)  # n in 2..20 numbers, each 0..3
-# completion tokens before the forced interruption (paper: 10k-12k): more than a chain's 2 * 20 + 2
+# completion tokens before the forced interruption (paper: 10k-12k). They cut no correct chain (a chain of n
+# numbers ends with '</think>' as completion token 2n + 2, 42 at most), so the interruption acts only on
+# runaway chains, as the paper's 10-12k of thinking does.
 TINY_THINK_BUDGET = (44, 48)
 TINY_ANSWER_BUDGET = 4        # tokens after </think> (paper: 2,048); the answer is 1 digit + <eos>
 
@@ -89,9 +82,7 @@ CODE_FIELDS = ("tests", "test", "test_list")  # a row with one of them is code (
 
 
 def read_jsonl(path, prompt_field=None, answer_field="answer"):
-    """-> [dict(line, text, answer, code, domain)], or a DataError naming the line and the field. A row is
-    math when it has answer_field, code when it has one of CODE_FIELDS; its text is prompt_field, "prompt"
-    or "problem"."""
+    """-> [dict(line, text, answer, code, domain)], or a DataError naming the line and the field."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: no such file")
     with open(path, encoding="utf-8") as f:
@@ -137,14 +128,11 @@ def read_row(line, where, path, prompt_field, answer_field):
 
 
 def code_tests(row, where):
-    """A code row's tests as judge.passes() keywords, or a DataError naming the field. Formats: "tests"
-    (stdin/stdout, or calls of "fn_name"); "test" (asserts, pytest's test_* functions, or HumanEval's
-    check(candidate) with its "entry_point"); MBPP's "test_list" with its "test_imports" and
-    "test_setup_code", run before the asserts."""
+    """A code row's tests as judge.passes() keywords (formats: README), or a DataError naming the field."""
     def require(ok, message):
         if not ok:
             raise DataError(f"{where}: field {message}")
-    styles = [key for key in ("tests", "test", "test_list") if key in row]
+    styles = [key for key in CODE_FIELDS if key in row]
     require(len(styles) == 1, f"{' and '.join(map(repr, styles))}: give one of them")
     if "tests" in row:
         tests, fn_name = row["tests"], row.get("fn_name")
@@ -165,7 +153,7 @@ def code_tests(row, where):
     if field == "test":
         test = row["test"]
         require(isinstance(test, str) and test.strip(), "'test' must be a non-empty string of Python asserts")
-    else:  # MBPP
+    else:  # MBPP: its imports and setup code run before the asserts
         parts = [row.get("test_imports") or [], [row.get("test_setup_code") or ""], row["test_list"]]
         strings = all(isinstance(p, list) and all(isinstance(x, str) for x in p) for p in parts)
         require(strings and row["test_list"], "'test_list' (and 'test_imports') must be lists of strings of "
@@ -188,20 +176,18 @@ def jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_fiel
     for row in rows:
         by_domain[row["domain"]].append(row)
     train, val = [], []
-    for domain, rows in by_domain.items():
+    for domain, rows in by_domain.items():  # per domain (ours): every domain's curve gets the same precision
         if n_val >= len(rows):
             of = f" of domain {domain!r}" if len(by_domain) > 1 else ""
             raise DataError(f"{path}: n_val={n_val} held-out prompts must be fewer than the file's "
                             f"{len(rows)} rows{of}")
-        prompts = []
-        for row in rows[:n_val + (n_train or len(rows))]:
+        for n, row in enumerate(rows[:n_val + (n_train or len(rows))]):
             input_ids = encode_prompt(tokenizer, template.replace("{problem}", row["text"]))
             fed = tokenizer.decode(input_ids)
             opens_thinking = fed.rfind(THINK_START) > fed.rfind(THINK_END)
-            where = f"{os.path.basename(path)}:{row['line']}"
-            prompts.append(Prompt(where, row["text"], input_ids, row["answer"], domain=domain, code=row["code"],
-                                  opens_thinking=opens_thinking))
-        train, val = train + prompts[n_val:], val + prompts[:n_val]
+            prompt = Prompt(f"{os.path.basename(path)}:{row['line']}", row["text"], input_ids, row["answer"],
+                            domain=domain, code=row["code"], opens_thinking=opens_thinking)
+            (val if n < n_val else train).append(prompt)
     return train, val
 
 # -----------------------------------------------------------------------------
@@ -224,12 +210,11 @@ def encode_prompt(tokenizer, text):
 
 
 def interruption(tokenizer):
-    """The ids the sampler appends at the thinking budget: the phrase after a blank line, so that it starts a
-    word whatever the model was writing (ours), unless the tokenizer holds the phrase as a token (the tiny
-    model's)."""
-    phrase = INTERRUPT_PHRASE if len(tokenizer.tokenize(INTERRUPT_PHRASE.removesuffix(THINK_END))) == 1 else \
-        "\n\n" + INTERRUPT_PHRASE
-    return tokenizer.encode(phrase, add_special_tokens=False)
+    """The ids the sampler appends at the thinking budget."""
+    # the phrase after a blank line, so that it starts a word whatever the model was writing (ours), unless
+    # the tokenizer holds the phrase as a token (the tiny model's)
+    blank_line = "" if len(tokenizer.tokenize(INTERRUPT_PHRASE.removesuffix(THINK_END))) == 1 else "\n\n"
+    return tokenizer.encode(blank_line + INTERRUPT_PHRASE, add_special_tokens=False)
 
 
 def decode(task, token_ids):
@@ -238,8 +223,7 @@ def decode(task, token_ids):
 
 
 def parse_data_path(data_path):
-    """"builtin,math.jsonl:2,code.jsonl:1" -> [("builtin", None), ("math.jsonl", 2.0), ("code.jsonl",
-    1.0)]."""
+    """"math.jsonl:2,code.jsonl:1" -> [("math.jsonl", 2.0), ("code.jsonl", 1.0)]; no weights: None each."""
     sources = []
     for entry in map(str.strip, data_path.split(",")):
         path, _, weight = entry.rpartition(":")
@@ -261,8 +245,7 @@ def parse_data_path(data_path):
 
 def load_task(data_path, model_path, n_train, n_val, seed=0, prompt_field=None, answer_field="answer",
               template="{problem}", unsafe=False):
-    """-> split_task's Task for a model directory: its tokenizer, its eos ids the tokenizer's and the model's
-    own end-of-turn ids (generation_config.json; Qwen has two)."""
+    """-> split_task's Task, eos_ids with the model's end-of-turn ids (generation_config.json; Qwen has 2)."""
     task = split_task(data_path, load_tokenizer(model_path), n_train, n_val, seed, prompt_field, answer_field,
                       template, unsafe)
     if not os.path.isfile(os.path.join(model_path, "generation_config.json")):
@@ -274,15 +257,11 @@ def load_task(data_path, model_path, n_train, n_val, seed=0, prompt_field=None, 
 
 def split_task(data_path, tokenizer, n_train, n_val, seed=0, prompt_field=None, answer_field="answer",
                template="{problem}", unsafe=False):
-    """-> Task. n_train (0: every row of a file) and n_val count per domain; each dataset is split as if
-    alone; a file's problems are fed as `template` with {problem} replaced; eos_ids: the tokenizer's."""
+    """-> Task; n_train (0: a file's every row) and n_val count per domain, each dataset split as if alone."""
     train, val, weights = [], [], {}
     for path, weight in parse_data_path(data_path):
-        if path == "builtin":
-            more_train, more_val = builtin_split(tokenizer, n_train, n_val, seed)
-        else:
-            more_train, more_val = jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field,
-                                               answer_field, template)
+        more_train, more_val = builtin_split(tokenizer, n_train, n_val, seed) if path == "builtin" else \
+            jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_field, template)
         for p in more_train + more_val:
             p.weight = weight
             if weights.setdefault(p.domain, weight) != weight:
@@ -299,37 +278,21 @@ def split_task(data_path, tokenizer, n_train, n_val, seed=0, prompt_field=None, 
 # -----------------------------------------------------------------------------
 # the curriculum: epochs in a seeded order, No-Positive-Resampling
 
-class NoPositiveResampling:
-    """ScaleRL sec. 3.4: a prompt whose latest group passed at a rate >= threshold is retired for good (ours:
-    the latest group decides); on=False is the ablation (uniform sampling)."""
-
-    def __init__(self, on=True, threshold=0.9):
-        self.on, self.threshold, self.retired = on, threshold, set()
-
-    def update(self, index, pass_rate):
-        if self.on and pass_rate >= self.threshold:
-            self.retired.add(index)
-
-
 class Curriculum:
-    """Training prompt indices, epoch after epoch, each epoch in a fresh seeded order,
-    No-Positive-Resampling's retired prompts skipped; None once all are retired. Weighted domains
-    (domains, weights: one entry per prompt; ours): a stream of seeded epochs per domain, picked by smooth
-    weighted round-robin (2:1 -> a a b a a b ..., no sampling noise). Without weights, one stream:
-    datasets pooled."""
+    """Training prompt indices, epoch after epoch in fresh seeded orders, retired ones skipped; None once all
+    are. Weighted domains (ours): a stream each, by smooth weighted round-robin (2:1 -> a a b a a b ...)."""
 
     def __init__(self, n_prompts, seed=0, npr=True, threshold=0.9, domains=None, weights=None):
         self.n_prompts, self.seed = n_prompts, seed
-        self.npr = NoPositiveResampling(npr, threshold)
-        self.retired = self.npr.retired
+        self.npr, self.threshold, self.retired = npr, threshold, set()  # npr=False: the ablation (uniform)
+        # domains, weights: one entry per prompt
         weight_of = dict(zip(domains, weights)) if weights is not None and None not in weights else {}
-        self.domains, self.weights = [None], [1.0]
-        if len(weight_of) > 1:
-            self.domains, self.weights = list(weight_of), list(weight_of.values())
-        stream_of = [self.domains.index(d) for d in domains] if self.domains != [None] else [0] * n_prompts
-        self.members = [[i for i, k in enumerate(stream_of) if k == s] for s in range(len(self.domains))]
-        self.epochs = [0] * len(self.domains)  # how far each stream is
-        self.positions = [0] * len(self.domains)
+        if len(weight_of) < 2:  # no weights, or one weighted domain: one stream, datasets pooled
+            weight_of, domains = {None: 1.0}, [None] * n_prompts
+        self.domains, self.weights = list(weight_of), list(weight_of.values())
+        self.members = [[i for i, d in enumerate(domains) if d == domain] for domain in self.domains]
+        # how far each stream is
+        self.epochs, self.positions = [0] * len(self.domains), [0] * len(self.domains)
         self.credits = [0.0] * len(self.domains)  # the weighted round-robin's
         self._orders = {}  # stream -> (epoch, its order), computed once per epoch
 
@@ -337,16 +300,17 @@ class Curriculum:
         """A stream's order in an epoch: a permutation seeded by (seed, epoch[, stream])."""
         if self._orders.get(stream, (None,))[0] != epoch:
             key = [self.seed, epoch] + ([stream] if len(self.domains) > 1 else [])
-            members = self.members[stream]
-            permutation = np.random.default_rng(key).permutation(len(members))
-            self._orders[stream] = (epoch, [members[i] for i in permutation])
+            permutation = np.random.default_rng(key).permutation(self.members[stream])
+            self._orders[stream] = (epoch, permutation.tolist())
         return self._orders[stream][1]
 
     def next(self):
         if len(self.retired) == self.n_prompts:
             return None
         live = [k for k, members in enumerate(self.members) if any(i not in self.retired for i in members)]
-        for k in live:  # smooth weighted round-robin (nginx's): the largest credit goes, and pays the total
+        # smooth weighted round-robin (nginx's; ours: no sampling noise): the largest credit goes, and pays
+        # the total
+        for k in live:
             self.credits[k] += self.weights[k]
         stream = max(live, key=lambda k: self.credits[k])
         self.credits[stream] -= sum(self.weights[k] for k in live)
@@ -359,10 +323,12 @@ class Curriculum:
                 return index
 
     def update(self, index, pass_rate):
-        self.npr.update(index, pass_rate)
+        """No-Positive-Resampling (ScaleRL sec. 3.4): a pass rate >= threshold retires the prompt for good."""
+        if self.npr and pass_rate >= self.threshold:  # ours: the latest group decides
+            self.retired.add(index)
 
     def state_dict(self):
-        return dict(n_prompts=self.n_prompts, seed=self.seed, npr=self.npr.on, threshold=self.npr.threshold,
+        return dict(n_prompts=self.n_prompts, seed=self.seed, npr=self.npr, threshold=self.threshold,
                     domains=self.domains, epochs=self.epochs, positions=self.positions, credits=self.credits,
                     retired=sorted(self.retired))
 
@@ -371,11 +337,8 @@ class Curriculum:
             if d[key] != mine:
                 raise DataError(f"the checkpoint's curriculum has {key} {d[key]}, this run {mine}")
         self.seed, self._orders = d["seed"], {}
-        self.npr = NoPositiveResampling(d["npr"], d["threshold"])
-        self.npr.retired |= set(d["retired"])
-        self.retired = self.npr.retired
-        self.epochs, self.positions = list(d["epochs"]), list(d["positions"])
-        self.credits = list(d["credits"])
+        self.npr, self.threshold, self.retired = d["npr"], d["threshold"], set(d["retired"])
+        self.epochs, self.positions, self.credits = (list(d[k]) for k in ("epochs", "positions", "credits"))
 
 
 if __name__ == "__main__":

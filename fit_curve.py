@@ -1,16 +1,9 @@
-"""Fit the ScaleRL compute-scaling law to training logs (Khatri et al. 2025, arXiv 2510.13786, sec. 2):
-
-    R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)
-
-C is training compute (gpu_hours by default), R the validation pass rate, R0 its step-0 value (fixed,
-not fitted), A the asymptote, B the scaling exponent and C_mid the compute of half the gain A - R0.
+"""Fit the ScaleRL law R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to logs (Khatri et al. 2025, arXiv 2510.13786,
+sec. 2): C compute, R0 the step-0 pass rate (fixed), A the asymptote, B the exponent, C_mid the half-gain C.
 
     python fit_curve.py out/log.jsonl                            # fit and print the table
     python fit_curve.py out/log.jsonl --fit_until=8000           # fit half, check the rest
     python fit_curve.py a/log.jsonl b/log.jsonl --plot=fit.png   # compare two recipes
-
-From Python (train.py's live fits, ~10 ms each): fit_sigmoid(gpu_hours, val_rewards) -> SigmoidFit;
-a ValueError while the window has fewer than 4 points.
 """
 import argparse
 import csv
@@ -41,8 +34,8 @@ PowerLawFit = namedtuple("PowerLawFit", "A B D rmse")
 # reading a log
 
 def read_log(path, x_col="gpu_hours", y_col="val_reward"):
-    """-> (x, y) arrays of the rows that have both columns, in file order: a .csv with a header row,
-    or train.py's JSONL log. Bad input raises ValueError, one line naming the line and the field."""
+    """-> (x, y) arrays of the rows with both columns, from a .csv with a header or train.py's JSONL log."""
+    # bad input raises ValueError, one line naming the line and the field
     rows = []  # (line number, record)
     try:
         with open(path, newline="") as f:
@@ -69,25 +62,21 @@ def read_log(path, x_col="gpu_hours", y_col="val_reward"):
     for col in (x_col, y_col):
         if col not in columns:
             raise ValueError(f"no column {col!r}; the columns are: {', '.join(sorted(columns)) or 'none'}")
-    xs, ys, previous = [], [], None  # previous: (line number, x) of the last point
+    points = []  # (line number, x, y)
     for line_number, record in rows:
         if x_col not in record or y_col not in record:
             continue  # a training step without evaluation, or the config line
         for col in (x_col, y_col):
-            try:
-                finite = not isinstance(record[col], bool) and math.isfinite(float(record[col]))
-            except (TypeError, ValueError):
-                finite = False
-            if not finite:
-                raise ValueError(f"line {line_number}: {col} is {record[col]!r}, not a finite number")
+            with suppress(TypeError, ValueError):  # float() of a list or a word: not a number either
+                if not isinstance(record[col], bool) and math.isfinite(float(record[col])):
+                    continue
+            raise ValueError(f"line {line_number}: {col} is {record[col]!r}, not a finite number")
         x, y = float(record[x_col]), float(record[y_col])
-        if previous is not None and x <= previous[1]:
-            raise ValueError(f"line {line_number}: {x_col} {x:g} is not above {previous[1]:g} on line "
-                             f"{previous[0]}; compute must increase")
-        previous = (line_number, x)
-        xs.append(x)
-        ys.append(y)
-    return np.array(xs), np.array(ys)
+        if points and x <= points[-1][1]:
+            raise ValueError(f"line {line_number}: {x_col} {x:g} is not above {points[-1][1]:g} on line "
+                             f"{points[-1][0]}; compute must increase")
+        points.append((line_number, x, y))
+    return np.array([x for _, x, _ in points]), np.array([y for _, _, y in points])
 
 # -----------------------------------------------------------------------------
 # the fit
@@ -98,26 +87,20 @@ def sigmoid(x, R0, A, B, C_mid):
 
 
 def fit_window(x, min_x=None, fit_until=None):
-    """-> (mask of the points a fit uses, the min_x used): min_x <= x <= fit_until, and x > 0 as R(0) =
-    R0 by construction. The default min_x skips the near-linear early transient: MIN_X_FRACTION of the
-    way to the last x kept (ours: logs come in any unit), so a --fit_until check never sees the future."""
+    """-> (mask of the points a fit uses: min_x <= x <= fit_until and x > 0, the min_x used)."""
     x = np.asarray(x, float)
     known = x <= fit_until if fit_until is not None else np.ones(len(x), bool)
+    # default min_x, skipping the near-linear early transient: MIN_X_FRACTION of the way to the last x kept
+    # (ours: logs come in any unit), so that a --fit_until check never sees the future
     if min_x is None:
         last = x[known][-1] if known.any() else x[0]
         min_x = x[0] + MIN_X_FRACTION * (last - x[0])
-    return known & (x >= min_x) & (x > 0), float(min_x)
+    return known & (x >= min_x) & (x > 0), float(min_x)  # x > 0: R(0) = R0 by construction
 
 
 def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None, a_range=None):
-    """Fit the ScaleRL sigmoid to a whole curve (x increasing, the first point is step 0) -> SigmoidFit.
-    r0: the reward at zero compute, default y[0] (fixed, as in the paper). min_x, fit_until: the window
-    (fit_window). a: fix A (the comparison rule refits at a common A). a_range: bounds of A, default
-    (0, 1) for a pass rate, else the observed range widened by its own width.
-
-    Paper (appendix): curve_fit B in every cell of an (A, C_mid) grid, keep the least squares; its table
-    has off-grid C_mid, so C_mid is refined continuously. Ours, for speed (its 14k curve_fits take
-    seconds, this ~10 ms): B is gridded too, then curve_fit polishes (B, C_mid); A stays on the grid."""
+    """Fit the sigmoid to a curve whose first point is step 0 -> SigmoidFit. r0: R0, default y[0] (fixed, as
+    in the paper); min_x, fit_until: the window (fit_window); a: fix A (rank_runs); a_range: bounds of A."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     if len(x) != len(y) or len(x) == 0 or np.any(np.diff(x) <= 0):
         raise ValueError("x and y must have the same, non-zero length and x must increase")
@@ -135,7 +118,7 @@ def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None, a_range=None)
     if a is not None:
         a_grid = np.array([float(a)])
     else:
-        span = y.max() - y.min()
+        span = y.max() - y.min()  # bounds of A: (0, 1) for a pass rate, else the range widened by its width
         lo, hi = a_range or ((0.0, 1.0) if 0 <= y.min() <= y.max() <= 1 else (y.min() - span, y.max() + span))
         k = max(3, n // 10)
         reached = yw[-k:].mean()
@@ -147,6 +130,9 @@ def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None, a_range=None)
             a_grid = np.array([A_STEP * round(reached / A_STEP)])
     gain = a_grid - R0  # (nA,)
 
+    # Paper (appendix): curve_fit B in every cell of an (A, C_mid) grid, keep the least squares; its table has
+    # off-grid C_mid, so C_mid is refined continuously. Ours, for speed (its 14k curve_fits take seconds, this
+    # ~10 ms): B is gridded too, then curve_fit polishes (B, C_mid); A stays on the grid.
     # Score every (A, B, C_mid) cell: for fixed (B, C_mid) the law is linear in the gain A - R0, so
     # SSE = |d|^2 - 2 gain (f.d) + gain^2 (f.f), f the sigmoid's shape: one matrix product per B.
     log_x, d = np.log(xw), yw - R0  # (n,)
@@ -186,13 +172,12 @@ def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None, a_range=None)
 
 
 def bootstrap(x, y, fit, n_resamples=200, seed=0):
-    """95% percentile intervals {"A": (lo, hi), "B": ..., "C_mid": ...} of a fit (ours; the paper's error
-    bar is repeat runs, A +-0.015), resampling residuals with the logged compute, R0 and window fixed."""
+    """95% percentile intervals {"A": (lo, hi), "B": ..., "C_mid": ...} of a fit, from resampled residuals."""
+    # ours (the paper's error bar is repeat runs, A +-0.015); the logged compute, R0 and window stay fixed
     mask, _ = fit_window(x, fit.min_x, fit.fit_until)
     xw, yw = np.asarray(x, float)[mask], np.asarray(y, float)[mask]
     predicted = sigmoid(xw, fit.R0, fit.A, fit.B, fit.C_mid)
-    residuals = yw - predicted
-    residuals -= residuals.mean()
+    residuals = (yw - predicted) - (yw - predicted).mean()  # centred
     rng = np.random.default_rng(seed)
     resampled = (predicted + rng.choice(residuals, len(residuals)) for _ in range(n_resamples))
     fits = [fit_sigmoid(xw, y_star, r0=fit.R0, min_x=fit.min_x) for y_star in resampled]
@@ -200,15 +185,13 @@ def bootstrap(x, y, fit, n_resamples=200, seed=0):
 
 
 def rank_runs(names, curves, fits, margin=A_MARGIN):
-    """The paper's comparison rule -> [dict(run, index, A, common_A, B_at_common_A)], best first. Runs within
-    margin (A is known to +-0.02, boundary included) of their group's top A are refitted at the group's
-    average A and ranked by B: at a common asymptote the steeper curve gets there with less compute."""
+    """The paper's comparison rule -> [dict(run, index, A, common_A, B_at_common_A)], best first: runs within
+    margin (boundary included) of their group's top A are refitted at the group's mean A and ranked by B."""
     groups = []
     for i in sorted(range(len(fits)), key=lambda i: -fits[i].A):
-        if groups and fits[groups[-1][0]].A - fits[i].A <= margin + 1e-9:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
+        if not groups or fits[groups[-1][0]].A - fits[i].A > margin + 1e-9:
+            groups.append([])
+        groups[-1].append(i)
     ranking = []
     for group in groups:
         common_A = float(np.mean([fits[i].A for i in group])) if len(group) > 1 else None
@@ -217,24 +200,22 @@ def rank_runs(names, curves, fits, margin=A_MARGIN):
             refit_B = {i: fit_sigmoid(*curves[i], r0=fits[i].R0, min_x=fits[i].min_x,
                                       fit_until=fits[i].fit_until, a=common_A).B for i in group}
             group = sorted(group, key=lambda i: -refit_B[i])
-        for i in group:
-            ranking.append(dict(run=names[i], index=i, A=fits[i].A, common_A=common_A,
-                                B_at_common_A=refit_B[i]))
+        ranking += [dict(run=names[i], index=i, A=fits[i].A, common_A=common_A, B_at_common_A=refit_B[i])
+                    for i in group]
     return ranking
 
 
 def fit_power_law(x, y, min_x, fit_until=None, a_max=1.0):
-    """R = A - D / C^B on the sigmoid's window -> PowerLawFit, the paper's high-compute limit; it over-
-    predicts A (paper: 1.0 or 0.74 against the sigmoid's 0.645), so A is capped at a_max. Linear in (A, D)
-    at fixed B: grid B, solve, polish with curve_fit; D relative to the window's geometric-mean compute."""
+    """R = A - D / C^B, the paper's high-compute limit, on the sigmoid's window -> PowerLawFit."""
+    # grid B, solve (A, D), polish with curve_fit
     mask, _ = fit_window(x, min_x, fit_until)
     xw, yw = np.asarray(x, float)[mask], np.asarray(y, float)[mask]
-    c_ref = math.exp(np.log(xw).mean())
+    c_ref = math.exp(np.log(xw).mean())  # D relative to the window's geometric-mean compute, then rescaled
     candidates = []  # (sse, A, B, D)
-    for B in np.geomspace(1e-3, 10, 200):
+    for B in np.geomspace(1e-3, 10, 200):  # at a fixed B the law is linear in (A, D)
         u = (c_ref / xw) ** B  # (n,)
         A, D = np.linalg.lstsq(np.stack([np.ones_like(u), -u], 1), yw, rcond=None)[0]
-        if A > a_max:
+        if A > a_max:  # the power law over-predicts A (paper: 1.0 or 0.74 vs the sigmoid's 0.645)
             A, D = a_max, float((a_max - yw) @ u / (u @ u))
         candidates.append((float(((yw - A + D * u) ** 2).sum()), A, B, D))
     curve = lambda x_, A, B, D: A - D * (c_ref / x_) ** B
@@ -243,8 +224,7 @@ def fit_power_law(x, y, min_x, fit_until=None, a_max=1.0):
     with suppress(RuntimeError, ValueError):
         params, _ = curve_fit(curve, xw, yw, p0=params, bounds=bounds)
     A, B, D = (float(p) for p in params)
-    rmse = math.sqrt(float(((yw - curve(xw, A, B, D)) ** 2).mean()))
-    return PowerLawFit(A=A, B=B, D=D * c_ref ** B, rmse=rmse)
+    return PowerLawFit(A=A, B=B, D=D * c_ref ** B, rmse=math.sqrt(((yw - curve(xw, A, B, D)) ** 2).mean()))
 
 # -----------------------------------------------------------------------------
 # plot and command line
@@ -255,12 +235,10 @@ def fmt_compute(v):
 
 
 def plot_fits(path, runs, x_col, y_col):
-    """runs: dicts with name, x, y, fit. Compute on a log axis; fitted points filled, the others
-    (early transient, held out) hollow; the law solid over the fit window and dashed beyond; A dotted."""
-    import matplotlib
-    matplotlib.use("Agg")  # files only, no display needed
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(8, 5))
+    """runs: dicts with name, x, y, fit. Fitted points filled, the rest (early transient, held out) hollow."""
+    from matplotlib.figure import Figure  # not pyplot: a file, no display and no global figure to close
+    fig = Figure(figsize=(8, 5))
+    ax = fig.subplots()
     for k, run in enumerate(runs):
         x, y, fit, colour = run["x"], run["y"], run["fit"], f"C{k}"
         used, _ = fit_window(x, fit.min_x, fit.fit_until)
@@ -271,15 +249,14 @@ def plot_fits(path, runs, x_col, y_col):
         curve = sigmoid(grid, fit.R0, fit.A, fit.B, fit.C_mid)
         inside = (grid >= fit.min_x) & (grid <= fit.max_x)
         label = f"{run['name']}: A={fit.A:.3f} B={fit.B:.2f} C_mid={fmt_compute(fit.C_mid)}"
-        ax.plot(grid, curve, "--", color=colour, lw=1)
+        ax.plot(grid, curve, "--", color=colour, lw=1)  # the law dashed beyond the fit window, solid over it
         ax.plot(grid[inside], curve[inside], "-", color=colour, label=label)
-        ax.axhline(fit.A, linestyle=":", color=colour, lw=1)
+        ax.axhline(fit.A, linestyle=":", color=colour, lw=1)  # the asymptote A
     ax.set(xscale="log", xlabel=f"compute ({x_col}, log scale)", ylabel=y_col,
            title="ScaleRL sigmoid fit: R = R0 + (A - R0) / (1 + (C_mid / C)^B)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def main(argv=None):
@@ -309,7 +286,7 @@ def main(argv=None):
         except ImportError:
             parser.exit(2, "fit_curve.py: error: --plot needs matplotlib, an optional dependency: "
                         "pip install matplotlib\n")
-    runs, notes = [], []  # notes: printed below the table
+    runs, notes = [], []  # notes: the lines printed below the table
     for path in args.logs:
         try:
             x, y = read_log(path, args.x, args.y)
@@ -327,14 +304,11 @@ def main(argv=None):
             later = x > args.fit_until
             errors = np.abs(y[later] - sigmoid(x[later], fit.R0, fit.A, fit.B, fit.C_mid))
             mae, max_err = (float(errors.mean()), float(errors.max())) if later.any() else (None, None)
-            result.update(extrapolation_n=int(later.sum()), extrapolation_mae=mae,
-                          extrapolation_max_err=max_err)
+            result.update(extrapolation_n=len(errors), extrapolation_mae=mae, extrapolation_max_err=max_err)
             past = f"past {args.x} {fmt_compute(args.fit_until)}"
-            if later.any():
-                notes.append(f"{path}: predicted {past}: mean |error| {mae:.4f}, max {max_err:.4f} over "
-                             f"{later.sum()} points")
-            else:
-                notes.append(f"{path}: no points {past} to check the prediction on")
+            notes.append(f"{path}: predicted {past}: mean |error| {mae:.4f}, max {max_err:.4f} over "
+                         f"{len(errors)} points" if later.any() else
+                         f"{path}: no points {past} to check the prediction on")
         if args.powerlaw:
             power = fit_power_law(x, y, fit.min_x, fit.fit_until)
             result["powerlaw"] = power._asdict()
@@ -342,13 +316,20 @@ def main(argv=None):
                          f"{fit.A:.3f}), B {power.B:.3f}, RMSE {power.rmse:.4f} (paper: the power law "
                          f"over-predicts A, prefer the sigmoid)")
         runs.append(dict(name=path, x=x, y=y, fit=fit, result=result))
-    curves, fits = [(r["x"], r["y"]) for r in runs], [r["fit"] for r in runs]
-    ranking = rank_runs(args.logs, curves, fits) if len(runs) > 1 else []
-    for place, entry in enumerate(ranking, 1):
-        runs[entry["index"]]["result"].update(rank=place, common_A=entry["common_A"],
-                                              B_at_common_A=entry["B_at_common_A"])
+    if len(runs) > 1:
+        ranking = rank_runs(args.logs, [(r["x"], r["y"]) for r in runs], [r["fit"] for r in runs])
+        notes.append(f"ranking (paper's rule: A is known to +-{A_MARGIN}; runs closer than that are refitted "
+                     f"with their average A and ranked by B, the steeper curve reaching it with less "
+                     f"compute):")
+        for place, entry in enumerate(ranking, 1):
+            runs[entry["index"]]["result"].update(rank=place, common_A=entry["common_A"],
+                                                  B_at_common_A=entry["B_at_common_A"])
+            why = (f"B {entry['B_at_common_A']:.3f} at common A {entry['common_A']:.4f}"
+                   if entry["common_A"] is not None else f"A {entry['A']:.3f}, ranked by A")
+            notes.append(f"  {place}. {entry['run']}: {why}")
     if args.plot:
         plot_fits(args.plot, runs, args.x, args.y)
+        notes.append(f"plot written to {args.plot}")
 
     if args.json:  # strict JSON: a NaN (R^2 of a flat window) becomes null
         clean = lambda v: None if isinstance(v, float) and not math.isfinite(v) else v
@@ -370,15 +351,6 @@ def main(argv=None):
                   f"({args.bootstrap} residual-bootstrap resamples)")
     for note in notes:
         print(note)
-    if ranking:
-        print(f"ranking (paper's rule: A is known to +-{A_MARGIN}; runs closer than that are refitted "
-              f"with their average A and ranked by B, the steeper curve reaching it with less compute):")
-        for place, entry in enumerate(ranking, 1):
-            why = (f"B {entry['B_at_common_A']:.3f} at common A {entry['common_A']:.4f}"
-                   if entry["common_A"] is not None else f"A {entry['A']:.3f}, ranked by A")
-            print(f"  {place}. {entry['run']}: {why}")
-    if args.plot:
-        print(f"plot written to {args.plot}")
 
 
 if __name__ == "__main__":
