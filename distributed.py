@@ -1,15 +1,10 @@
-"""
-The multi-process layout of train.py on plain torch.distributed (DESIGN.md, "Processes"). With
-`torchrun --nproc_per_node=N train.py --n_samplers=S`, T = N - S ranks train; Layout.role is one of:
+"""The roles of `torchrun --nproc_per_node=N train.py --n_samplers=S` (README, "Many processes, many GPUs"):
 
     master          rank 0         trains; owns the curriculum, log, validation, checkpoints; feeds samplers
-    follower        1 .. T-1       trains its share of the batches the master sends
+    follower        1 .. T-1       trains its share of the batches the master sends (T = N - S trainers)
     sampler         T .. N-1       generates all the time; new weights land between two engine steps
     data_parallel   all, if S = 0  each rank samples and trains its own share of the prompts
     single          python train.py: sampler and trainer take turns in one process
-
-No group spans the whole job by default (an in-process vLLM engine would adopt it): the trainers, the control
-group (the Mailbox) and the weights each have their own; a Heartbeat in torchrun's store tells busy from dead.
 """
 import datetime
 import os
@@ -72,8 +67,7 @@ def gpu_for(local_rank, visible):
 
 
 def place(n_samplers, sampler, device_type):
-    """Before anything initialises CUDA: refuse (ValueError) layouts that would put two ranks on one GPU,
-    and let a vLLM sampler rank see only its own GPU (an in-process engine takes cuda:0 of what it sees)."""
+    """Before CUDA starts: refuse two ranks on one GPU (ValueError); show a vLLM sampler rank only its GPU."""
     world, local_world = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     # pushed weights reach only an engine in this process (an iterator cannot cross over)
     if sampler == "vllm":
@@ -81,20 +75,19 @@ def place(n_samplers, sampler, device_type):
     if sampler == "vllm" and n_samplers == 0 and world > 1:
         raise ValueError("sampler='vllm' with n_samplers=0 would start one vLLM engine per data-parallel rank"
                          " inside the trainers' process group; give vLLM its own ranks with --n_samplers=S")
-    if device_type != "cuda":
-        return
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    n_gpus = len([e for e in visible.split(",") if e.strip()]) if visible else torch.cuda.device_count()
-    if local_world > n_gpus:
-        raise ValueError(f"{local_world} ranks on this node but {n_gpus} GPUs visible: two ranks would share "
-                         f"a GPU; launch --nproc_per_node={n_gpus} or fewer")
-    if sampler == "vllm" and int(os.environ.get("RANK", 0)) >= world - n_samplers > 0:
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpu_for(int(os.environ.get("LOCAL_RANK", 0)), visible)
-    require_env("NCCL_CUMEM_ENABLE", "0")  # as vLLM sets it: the weight broadcast's two ends agree
+    if device_type == "cuda":
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        n_gpus = len([e for e in visible.split(",") if e.strip()]) if visible else torch.cuda.device_count()
+        if local_world > n_gpus:
+            raise ValueError(f"{local_world} ranks on this node but {n_gpus} GPUs visible: two ranks would "
+                             f"share a GPU; launch --nproc_per_node={n_gpus} or fewer")
+        # an in-process vLLM engine takes cuda:0 of what it sees
+        if sampler == "vllm" and int(os.environ.get("RANK", 0)) >= world - n_samplers > 0:
+            os.environ["CUDA_VISIBLE_DEVICES"] = gpu_for(int(os.environ.get("LOCAL_RANK", 0)), visible)
+        require_env("NCCL_CUMEM_ENABLE", "0")  # as vLLM sets it: the weight broadcast's two ends agree
 
 
 def require_env(name, value):
-    """Set a variable the layout needs; one exported with another value is refused (ValueError)."""
     if (exported := os.environ.setdefault(name, value)) != value:
         raise ValueError(f"{name}={exported} is exported, but this run needs {name}={value}: unset it")
 
@@ -112,10 +105,12 @@ def setup(n_samplers, timeout_s, device_type, sampler):
         torch.cuda.set_device(device)
     if world == 1:
         return Layout(0, 1, role, 1, 0, 0, device, None, None, None, None)
-    heartbeat = Heartbeat(rank, timeout_s)
-    store = heartbeat.store  # torchrun's own rendezvous store, as a client
+    heartbeat = Heartbeat(rank, timeout_s)  # its store is torchrun's own, as a client
+    store = heartbeat.store
     timeout = datetime.timedelta(seconds=timeout_s)
-    if rank < trainers:  # the trainers' default group: FSDP2 and the stats see only trainers
+    # no group spans the whole job (an in-process vLLM engine would adopt it): the trainers, the control group
+    # (the Mailbox) and the weights each have their own; the default group is the trainers' (FSDP2, the stats)
+    if rank < trainers:
         backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend, store=dist.PrefixStore("scalerl/trainers", store), rank=rank,
                                 world_size=trainers, timeout=timeout)
@@ -132,8 +127,7 @@ def setup(n_samplers, timeout_s, device_type, sampler):
         group_rank, size = (0 if rank == 0 else rank - trainers + 1), n_samplers + 1
         weight_store = dist.PrefixStore("scalerl/weights", store)
         if device.type == "cuda":  # torch 2.13 distributed_c10d.py:2194-2208 builds its NCCL groups this way
-            options = dist.ProcessGroupNCCL.Options()
-            options.is_high_priority_stream = False
+            options = dist.ProcessGroupNCCL.Options(is_high_priority_stream=False)
             # its own watchdog only far beyond rank_timeout: broadcast() names a silent peer first, then
             # aborts
             options._timeout = datetime.timedelta(seconds=2 * timeout_s + 600)
@@ -147,11 +141,10 @@ def setup(n_samplers, timeout_s, device_type, sampler):
 
 def master_first(layout, build):
     """Run build() on the master only (e.g. the tiny model's warm-up); the other ranks wait for its result."""
+    if layout.world == 1:
+        return build()
     if layout.rank == 0:
-        result = build()
-        if layout.world > 1:
-            layout.store.set("scalerl/master_first", result)
-        return result
+        layout.store.set("scalerl/master_first", build())
     # as long as the master lives (a build takes minutes)
     while not layout.store.check(["scalerl/master_first"]):
         layout.heartbeat.check(0, "the master (rank 0), preparing the model,")
@@ -160,8 +153,8 @@ def master_first(layout, build):
 
 
 def finish(layout):
-    """Tear down in order, so that nothing outlives __main__ (at interpreter exit that aborts the process:
-    "terminate called without an active exception"): receiving threads, heartbeat, groups."""
+    # in order, so that nothing outlives __main__ (at exit that aborts the process: "terminate called without
+    # an active exception"): receiving threads, heartbeat, groups
     for part in filter(None, (layout.mailbox, layout.heartbeat)):  # the threads end: every peer said its last
         part.close()
     for group in filter(None, (layout.weight_group, layout.mailbox and layout.mailbox.group)):
@@ -172,6 +165,12 @@ def finish(layout):
 # -----------------------------------------------------------------------------
 # liveness and messages
 
+def start_thread(target, args, name):
+    thread = threading.Thread(target=target, args=args, name=name, daemon=True)  # exit does not wait for it
+    thread.start()
+    return thread
+
+
 class Heartbeat:
     """A thread bumps scalerl/alive/<rank> in torchrun's store every period_s, whatever the rank does."""
 
@@ -181,28 +180,23 @@ class Heartbeat:
                                    timeout=datetime.timedelta(seconds=timeout_s))  # torchrun's, as a client
         self.stopping = threading.Event()
         # the thread beats over a connection of its own (Store.clone, torch >= 2.8: "one store per thread")
-        self.thread = threading.Thread(target=self._beat, args=(self.store.clone(), f"scalerl/alive/{rank}"),
-                                       name="heartbeat", daemon=True)
-        self.thread.start()
+        self.thread = start_thread(self._beat, (self.store.clone(), f"scalerl/alive/{rank}"), "heartbeat")
 
     def _beat(self, store, key):
         with suppress(RuntimeError):  # the store is gone: the job is ending
-            while not self.stopping.is_set():
+            while not self.stopping.wait(self.period_s):
                 store.add(key, 1)
-                self.stopping.wait(self.period_s)
 
     def check(self, peer, who):
         """A RankError naming `who` if the peer's counter stood still for timeout_s: gone or stopped."""
         now = time.time()
         count, changed, checked = self.seen.get(peer, (None, now, 0.0))
-        if now - checked < self.period_s:
-            return
-        latest = self.store.add(f"scalerl/alive/{peer}", 0)
-        changed = now if latest != count else changed
-        self.seen[peer] = (latest, changed, now)
-        if now - changed > self.timeout_s:
-            raise RankError(f"{who} shows no sign of life for {self.timeout_s:g} s (rank_timeout): "
-                            "dead or stopped")
+        if now - checked >= self.period_s:  # one store read a period at most
+            latest = self.store.add(f"scalerl/alive/{peer}", 0)
+            self.seen[peer] = (latest, now if latest != count else changed, now)
+            if latest == count and now - changed > self.timeout_s:
+                raise RankError(f"{who} shows no sign of life for {self.timeout_s:g} s (rank_timeout): "
+                                "dead or stopped")
 
     def close(self):
         self.stopping.set()
@@ -212,7 +206,7 @@ class Heartbeat:
 def convert(x, to_arrays):
     """Groups' per-token lists as arrays (int32 ids and versions, fp32 log-probs, bool masks), or back."""
     if isinstance(x, Group):
-        as_ = (lambda v, t: np.asarray(v, t)) if to_arrays else (lambda v, t: v.tolist())
+        as_ = np.asarray if to_arrays else (lambda v, t: v.tolist())
         return replace(x, prompt_ids=as_(x.prompt_ids, np.int32), completions=[replace(
             c, token_ids=as_(c.token_ids, np.int32), logprobs=as_(c.logprobs, np.float32),
             versions=as_(c.versions, np.int32), policy_mask=as_(c.policy_mask, bool)) for c in x.completions])
@@ -230,10 +224,7 @@ class Mailbox:
     def __init__(self, group, senders, timeout_s, heartbeat):
         self.group, self.timeout, self.heartbeat = group, datetime.timedelta(seconds=timeout_s), heartbeat
         self.inbox = {src: queue.Queue() for src in senders}
-        self.threads = [threading.Thread(target=self._receive, args=(src,), name=f"mail-from-{src}",
-                                         daemon=True) for src in senders]
-        for thread in self.threads:
-            thread.start()
+        self.threads = [start_thread(self._receive, (src,), f"mail-from-{src}") for src in senders]
 
     def _receive(self, src):
         message = ("",)
@@ -265,12 +256,11 @@ class Mailbox:
             self.heartbeat.check(src, who)
 
     def poll(self, src):
-        """Every message from src that has arrived, without waiting (the main thread is the only reader)."""
+        # qsize() is exact: the main thread is the only reader
         return [self.get(src, f"rank {src}") for _ in range(self.inbox[src].qsize())]
 
     def close(self):
-        """Wait for every sender's last message (their threads end there)."""
-        for thread in self.threads:
+        for thread in self.threads:  # each ends at its sender's last message
             thread.join(self.timeout.total_seconds())
 
 # -----------------------------------------------------------------------------
@@ -289,7 +279,6 @@ def all_reduce_sums(sums, maxima=None):
 
 
 def gather_objects(obj):
-    """Every trainer's object -> the list of them, on every trainer (data parallel: each rank's share)."""
     out = [None] * dist.get_world_size()
     with naming_peers("a trainer rank died or stopped answering"):
         dist.all_gather_object(out, obj)
@@ -310,14 +299,13 @@ def bucket_plan(shapes, bucket_bytes, element_size):
 
 
 def unflatten(bucket, flat):
-    """A bucket's flat tensor -> (name, view) in plan order."""
     parts = flat.split([int(np.prod(shape)) for _, shape in bucket])
     return ((name, part.view(shape)) for (name, shape), part in zip(bucket, parts))
 
 
 def broadcast(group, tensor, deadline_s, peers, work=None):
-    """One broadcast from the weight group's rank 0 (`work`, if connect() issued it) under a deadline (NCCL's
-    own wait does not block the CPU, its watchdog aborts unnamed): a failure or a silent peer -> RankError."""
+    """One broadcast from the weight group's rank 0 (`work`: connect's); failed or stalled -> RankError."""
+    # polled under a deadline: NCCL's own wait does not block the CPU, and its watchdog aborts naming no one
     with naming_peers(f"the weight broadcast with {peers} failed"):
         work = work or group.broadcast([tensor], dist.BroadcastOptions())  # rootRank 0, the default
         deadline = time.time() + deadline_s
@@ -332,10 +320,11 @@ def broadcast(group, tensor, deadline_s, peers, work=None):
 
 
 def connect(group, device, deadline_s, peers):
-    """The weight group's first broadcast, at setup, under the deadline. NCCL builds its communicator in the
-    first collective, blocking until every rank joins, with no Work to poll and out of abort()'s reach (torch
-    2.11, 2.13: ProcessGroupNCCL.cpp collective() -> initNCCLComm -> ncclCommInitRankConfig), so a watched
-    thread issues it and a peer alive but stuck (SIGSTOP, a CUDA hang) is named. Gloo connects when built."""
+    """The weight group's first broadcast, under the deadline (NCCL connects in it; gloo when built)."""
+    # NCCL builds its communicator in the first collective, blocking until every rank joins, with no Work to
+    # poll and out of abort()'s reach (torch 2.11, 2.13: ProcessGroupNCCL.cpp collective() -> initNCCLComm ->
+    # ncclCommInitRankConfig), so a watched thread issues it and a peer alive but stuck (SIGSTOP, a CUDA
+    # hang) is named
     one, issued = torch.zeros(1, device=device), []
 
     def issue():
@@ -345,9 +334,7 @@ def connect(group, device, deadline_s, peers):
             issued.append(group.broadcast([one], dist.BroadcastOptions()))
         except BaseException as e:  # raised again below, named
             issued.append(e)
-    thread = threading.Thread(target=issue, name="weight-group-connect", daemon=True)
-    thread.start()
-    thread.join(deadline_s)
+    start_thread(issue, (), "weight-group-connect").join(deadline_s)
     if not issued:  # still inside NCCL's communicator init: it cannot be cancelled, the process exits instead
         group.abort()
         raise RankError(f"{peers} did not join the weight group within {deadline_s:g} s (rank_timeout): "
@@ -366,16 +353,14 @@ def receive_buckets(group, plan, dtype, device, deadline_s):
         yield from unflatten(bucket, flat)
 
 # -----------------------------------------------------------------------------
-# the master's view of the sampler ranks: the same interface as a sampler in the same process
+# the master's view of the sampler ranks: a sampler's interface (add, step, pop_finished, update_weights)
 
 class RemoteSamplers:
-    """The sampler ranks, driven by the master through a sampler's interface (add, step, update_weights)."""
-
     def __init__(self, layout, timeout_s):
         self.layout, self.timeout_s = layout, timeout_s
         self.ranks = list(range(layout.trainers, layout.world))
-        self.load = {r: 0 for r in self.ranks}  # groups handed out and not yet returned (add: to the least)
-        self.heard = {r: time.time() for r in self.ranks}
+        # per rank: the groups handed out and not yet returned (add: to the least loaded), when it last sent
+        self.load, self.heard = {r: 0 for r in self.ranks}, {r: time.time() for r in self.ranks}
         self.finished, self.version = [], 0
 
     @property
@@ -409,8 +394,7 @@ class RemoteSamplers:
         return finished
 
     def update_weights(self, plan, flats, dtype, version):
-        """The samplers learn the plan (policy.weight_plan), then receive each bucket as it is broadcast."""
-        for rank in self.ranks:
+        for rank in self.ranks:  # the plan (policy.weight_plan) first, then each bucket as it is broadcast
             self.layout.mailbox.send(rank, ("weights", version, plan, dtype))
         peers = f"sampler rank{'s' if len(self.ranks) > 1 else ''} {', '.join(map(str, self.ranks))}"
         for flat in flats:
@@ -424,8 +408,7 @@ class RemoteSamplers:
 
 
 def serve(sampler, layout, timeout_s, report_s=1.0):
-    """A sampler rank's life: prompts and weights from the master, decoding without pause, finished groups
-    back (and every report_s while it has work its token count: the master's sign of progress)."""
+    """A sampler rank's life: prompts and weights from the master, decoding without pause, groups back."""
     mailbox, reported, tokens = layout.mailbox, time.time(), 0
     while True:
         for message in mailbox.poll(0):
@@ -441,7 +424,7 @@ def serve(sampler, layout, timeout_s, report_s=1.0):
         if sampler.num_unfinished:
             tokens += sampler.step()
             groups = sampler.pop_finished()
-            if groups or time.time() - reported > report_s:
+            if groups or time.time() - reported > report_s:  # while it works, the master's sign of progress
                 mailbox.send(0, ("groups", groups, tokens))
                 reported, tokens = time.time(), 0
         else:

@@ -11,13 +11,11 @@ thinking was opened and never closed.
     python benchmarks/rewards.py     # 256 adversarial answers and 256 honest ones, timed
 """
 import json
-import os
 import queue
 import re
 import select
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from functools import lru_cache
@@ -187,13 +185,12 @@ class Verifier:
     def __call__(self, gold, expression, timeout):
         if self.proc is None:
             self.proc = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
             if self.line(120) != b"ready":
                 self.stop()
                 raise RuntimeError("rewards.py: math-verify's worker did not start (pip install math-verify)")
         try:
             self.proc.stdin.write(json.dumps([gold, expression]).encode() + b"\n")
-            self.proc.stdin.flush()
             verdict = self.line(timeout)
         except OSError:  # it died
             verdict = None
@@ -202,23 +199,13 @@ class Verifier:
         return verdict == b"1"
 
     def line(self, timeout):
-        """Its next line of output within `timeout` seconds, else None."""
-        out, deadline = b"", time.monotonic() + timeout
-        while not out.endswith(b"\n"):
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
-                return None
-            chunk = os.read(self.proc.stdout.fileno(), 64)
-            if not chunk:
-                return None
-            out += chunk
-        return out.strip()
+        """Its next line of output within `timeout` seconds, else None (it writes each line whole)."""
+        ready = select.select([self.proc.stdout], [], [], timeout)[0]
+        return (self.proc.stdout.readline().strip() or None) if ready else None
 
     def stop(self):
         self.proc.kill()
-        self.proc.wait()
-        self.proc.stdin.close()
-        self.proc.stdout.close()
+        self.proc.communicate()  # reaped, its pipes closed
         self.proc = None
 
 
