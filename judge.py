@@ -1,10 +1,6 @@
 """
-The verdict of a model-written program against its tests, each run in the sandbox (sandbox.py): the code
-reward. stdin/stdout tests: a process per test; exit 0 in time and the expected output, whitespace-normalised.
-Calls and asserts: HARNESS runs the program and answers requests (a value, a call) with Python literals in
-that process; the parent runs the test (trusted dataset code), the names it takes from the program standing
-for the program's, so nothing the program's process holds or prints can forge a pass. Formats (assert_plan):
-HumanEval's check(candidate) called with the entry point, MBPP's asserts after their imports, pytest's test_*.
+The verdict of a model-written program against its tests, run in the sandbox (sandbox.py): the code reward.
+Calls and asserts run here, on literals from HARNESS: nothing the program holds or prints can forge a pass.
 """
 import ast
 import builtins
@@ -40,13 +36,12 @@ ENDS_ITERATION = (StopIteration, StopAsyncIteration)
 
 
 def _value(process, request):
-    """A value of the program's, asked of HARNESS -> data as itself, a callable as a function calling it
-    there, another object as a Handle fetching its attributes there; what it raised raises here."""
+    """The program's value via HARNESS: data as itself, else a function or a Handle that reaches it there."""
     if process.pump(ascii(request).encode() + b"\n", line=True) or b"\n" not in process.stdout:
         raise ChildProcessError("the program's process died or did not answer in time")
     reply, _, process.stdout[:] = process.stdout.partition(b"\n")
     handle, is_callable, text = (reply.decode() + "  ").split(" ", 2)
-    if handle == "raised":  # is_callable: the exception's name
+    if handle == "raised":  # is_callable: the name of what it raised, raised here (a builtin Exception)
         error = getattr(builtins, is_callable, None)
         # a StopIteration would end the test's map() or generator early, as if all had passed
         if isinstance(error, type) and issubclass(error, Exception) and not issubclass(error, ENDS_ITERATION):
@@ -66,16 +61,13 @@ def as_json(value):  # what JSON makes of a value (tuples -> lists, sets -> sort
 
 
 def passes(program, tests=(), fn_name=None, test=None, entry_point=None, timeout=TIMEOUT):
-    """True when the program passes every test: stdin/stdout in a process per test (exit 0 in time, the
-    output as expected but for whitespace), call- and assert-style here, on the values _value fetches."""
+    """True when the program passes every test: stdin/stdout (a process each), call- or assert-style."""
     try:
         if not tests and not test:
             return False
-        if fn_name is None and test is None:
-            # lazily: the first fail ends it
-            runs = (run(["-c", program], t["input"].encode(), timeout) for t in tests)
+        if fn_name is None and test is None:  # a process per test, lazily: the first fail ends it
             return all(r.returncode == 0 and r.stdout.decode(errors="replace").split() == t["output"].split()
-                       for r, t in zip(runs, tests))
+                       for t in tests for r in [run(["-c", program], t["input"].encode(), timeout)])
         script, names = assert_plan(test, entry_point) if test is not None else (None, ())
         with Sandboxed(["-c", HARNESS, program], timeout) as process:
             if fn_name is not None:
@@ -98,20 +90,19 @@ STDLIB_NAMES = {n for m in ("collections", "fractions", "decimal", "functools") 
 
 @lru_cache(maxsize=10_000)
 def assert_plan(test, entry_point=None):
-    """-> (the script an assert-style test runs, the names the program supplies it), or ValueError (one
-    line) for a test that would test nothing of the program."""
+    """-> (the script an assert-style test runs, the names the program supplies), or a one-line ValueError."""
     if entry_point is not None and not (isinstance(entry_point, str) and entry_point.isidentifier()):
         raise ValueError(f"entry_point must be a Python identifier, got {entry_point!r}")
     tree = ast.parse(test)
     functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    called = {n.id for node in tree.body if node not in functions.values() for n in ast.walk(node)
-              if isinstance(n, ast.Name)}
+    module_level = [n for n in tree.body if n not in functions.values()]
+    called = {n.id for node in module_level for n in ast.walk(node) if isinstance(n, ast.Name)}
     # HumanEval's check(candidate) is called with the entry point, pytest's test_* functions are called
     uncalled = [name for name in functions if name not in called]
     calls = [f"check({entry_point})"] if entry_point and "check" in uncalled else []
     script = "\n".join([test, *calls, *(f"{name}()" for name in uncalled if name.startswith("test_"))])
-    free = _free_names(script)
-    if entry_point in _bound_names(script):
+    free, bound = _names(script)
+    if entry_point in bound:
         raise ValueError(f"the test defines the entry point {entry_point!r} itself")
     for name in sorted(free - {entry_point}):
         if name in sys.stdlib_module_names:
@@ -124,7 +115,14 @@ def assert_plan(test, entry_point=None):
                              "(or name the program's in entry_point)")
     # the program supplies the entry point alone, or (none given) every name the test reads and never binds
     names = {entry_point} if entry_point else free
-    reached = _reached(ast.parse(script))
+    # the nodes the script runs: its module level (the test's, then the calls added to it) and, each once, the
+    # top-level functions it names, called or passed on (check(square) runs check), transitively
+    todo, reached = module_level + ast.parse(script).body[len(tree.body):], []
+    for statement in todo:  # the list grows as functions are reached
+        for node in ast.walk(statement):
+            reached.append(node)
+            if isinstance(node, ast.Name) and node.id in functions:
+                todo.append(functions.pop(node.id))
     if not names & {n.id for n in reached if isinstance(n, ast.Name)}:
         raise ValueError("the test calls no function of the program: "
                          "it would pass a program that defines nothing")
@@ -133,33 +131,16 @@ def assert_plan(test, entry_point=None):
     return script, tuple(sorted(names))
 
 
-def _bound_names(code):
-    return {s.get_name() for s in symtable.symtable(code, "<test>", "exec").get_symbols()
-            if s.is_assigned() or s.is_imported() or s.is_namespace()}
-
-
-def _free_names(code):
-    """The names code reads but never binds, in any of its scopes; builtins aside."""
-    top = symtable.symtable(code, "<test>", "exec")
-    tables = [top]
+def _names(code):
+    """-> (the names code reads but never binds, in any of its scopes, builtins aside; the names it binds)."""
+    tables = [top := symtable.symtable(code, "<test>", "exec")]
     for table in tables:  # the list grows as it goes: every scope, however deep
         tables += table.get_children()
+    bound = {s.get_name() for s in top.get_symbols()
+             if s.is_assigned() or s.is_imported() or s.is_namespace()}
     read = {s.get_name() for table in tables for s in table.get_symbols()
             if s.is_referenced() and (table is top or s.is_global())}
-    return read - _bound_names(code) - set(dir(builtins))
-
-
-def _reached(tree):
-    """The nodes of the code a script runs: its module level, and the top-level functions it names."""
-    functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    todo, reached = [n for n in tree.body if n not in functions.values()], []
-    for statement in todo:  # the list grows as functions are reached
-        for node in ast.walk(statement):
-            reached.append(node)
-            # named, called or passed on (check(square) runs check): each function once, transitively
-            if isinstance(node, ast.Name) and node.id in functions:
-                todo.append(functions.pop(node.id))
-    return reached
+    return read - bound - set(dir(builtins)), bound
 
 
 _pool = lru_cache(maxsize=None)(lambda workers: ThreadPoolExecutor(workers, thread_name_prefix="sandbox"))

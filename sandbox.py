@@ -1,12 +1,8 @@
 """
-Runs model-written Python isolated, for the code reward of the math + code runs (judge.py holds the verdicts).
+Runs model-written Python isolated, for the code reward (judge.py holds the verdicts; README, "Code rewards").
+The program is an adversary: fork bombs, huge outputs, reading the answers, forging the verdict, persisting.
 
     python benchmarks/sandbox.py    # the isolation in effect here, and programs per second through the pool
-
-The program is an adversary: by accident (infinite loops, fork bombs, huge outputs) and, under RL
-pressure, by design (reading the answers, forging the verdict, attacking the trainer, persisting). A run
-ends by its deadline in a verdict only a correct program earns, leaves nothing behind, and any failure is
-reward -1. README's "Code rewards" says what isolates it, as root with namespaces (full) and without.
 """
 import atexit
 import ctypes
@@ -59,31 +55,27 @@ MACHINE = os.uname().machine
 # perf_event_open, userfaultfd, io_uring_setup, setpriority, ioprio_set, flock, inotify_init1,
 # inotify_add_watch, fanotify_init, fanotify_mark(, inotify_init)], [pid 0 only: prlimit64,
 # sched_setaffinity, sched_setscheduler, sched_setparam, sched_setattr, migrate_pages, move_pages],
-# (clone3, clone, fcntl, ioctl). Locks, leases and watches on the files every run shares would be a
+# clone3, clone, fcntl, ioctl. Locks, leases and watches on the files every run shares would be a
 # channel between runs.
 SYSCALLS = {
     "x86_64": (0xC000003E, 155, [41, 62, 200, 234, 129, 297, 424, 101, 310, 311, 438, 440, 112, 109, 272,
                                  308, 248, 249, 250, 29, 64, 68, 240, 321, 298, 323, 425, 141, 251, 73, 294,
-                                 254, 300, 301, 253], [302, 203, 144, 142, 314, 256, 279], (435, 56, 72, 16)),
+                                 254, 300, 301, 253], [302, 203, 144, 142, 314, 256, 279], 435, 56, 72, 16),
     "aarch64": (0xC00000B7, 41, [198, 129, 130, 131, 138, 240, 424, 117, 270, 271, 438, 440, 157, 154, 97,
                                  268, 217, 218, 219, 194, 190, 186, 180, 280, 241, 282, 425, 140, 30, 32, 26,
-                                 27, 262, 263], [261, 122, 119, 118, 274, 238, 239], (435, 220, 25, 29)),
-}
+                                 27, 262, 263], [261, 122, 119, 118, 274, 238, 239], 435, 220, 25, 29)}
 # F_SETOWN, F_SETSIG, F_SETOWN_EX; F_SETLK(W), F_OFD_SETLK(W), F_SETLEASE, F_NOTIFY (record locks,
 # leases and directory watches)
 FCNTL_DENIED = (8, 10, 15, 6, 7, 37, 38, 1024, 1026)
 
 
-def _seccomp_program():
-    """-> (a classic BPF filter, its sock_fprog), or None on another machine: EPERM ("no") for SYSCALLS'
-    denials and every syscall of another ABI (x32, i386), ENOSYS for clone3 (its flags are unreadable)."""
-    if MACHINE not in SYSCALLS:
-        return None
-    arch, _, denied, own, (clone3, clone, fcntl_, ioctl) = SYSCALLS[MACHINE]
+def _seccomp_program(arch, _, denied, own, clone3, clone, fcntl_, ioctl):
+    """-> (a classic BPF filter, its sock_fprog) from one machine's SYSCALLS (None elsewhere: no filter)."""
     # BPF_LD|W|ABS, BPF_JMP|JEQ|K, |JGE|K, |JSET|K, BPF_RET|K
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     allow = (ret, 0x7FFF0000)
-    # loads from seccomp_data: nr at 0, arch at 4, argument i's low word at 16 + 8 i
+    # loads from seccomp_data: nr at 0, arch at 4, argument i's low word at 16 + 8 i. Denied: every syscall of
+    # another ABI (x32, i386); clone3: ENOSYS, so libc falls back to clone (clone3's flags are unreadable)
     code = [(ld, 4), (jeq, arch, None, "no"), (ld, 0), (jge, 0x40000000, "no"),
             *[(jeq, n, "no") for n in denied], *[(jeq, n, "own") for n in own], (jeq, clone3, "nosys"),
             (jeq, clone, "clone"), (jeq, fcntl_, "fcntl"), (jeq, ioctl, "ioctl"), allow,
@@ -99,7 +91,7 @@ def _seccomp_program():
     return buffer, ctypes.create_string_buffer(struct.pack("HP", len(insns), ctypes.addressof(buffer)))
 
 
-_SECCOMP = _seccomp_program()
+_SECCOMP = _seccomp_program(*SYSCALLS[MACHINE]) if MACHINE in SYSCALLS else None
 
 
 def _check(result, what):
@@ -145,8 +137,7 @@ def _enter(uid, cgroup, root, plan, cpu_seconds, nproc):
 def _become_pid_1():
     """Returns in a child, which execs the program as pid 1; this process, outside, exits as pid 1 did."""
     # pid 1's exit, or the parent's SIGTERM: then it kills pid 1 (its pid namespace dies with it) and reaps it
-    signals = {signal.SIGCHLD, signal.SIGTERM}
-    signal.pthread_sigmask(signal.SIG_BLOCK, signals)  # from now on they wait for sigwaitinfo
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals := {signal.SIGCHLD, signal.SIGTERM})  # for sigwaitinfo
     if (pid := os.fork()) == 0:
         return signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
     os.closerange(0, 1 << 16)  # no copy of the pipes: the parent sees EOF and exec errors as usual
@@ -193,30 +184,25 @@ def _root_plan(python):
             *[("link", b"/dev/" + d, b"/proc/self/fd" + n)
               for d, n in ((b"fd", b""), (b"stdin", b"/0"), (b"stdout", b"/1"), (b"stderr", b"/2"))]]
     made = {os.fsdecode(p): kind for kind, p, _ in plan}
-    # ldd's paths, not its "(0x...)" or "file:"
+    # each path (ldd's, not its "(0x...)" or "file:") made to resolve as on the host: its directories, its
+    # symlinks (followed from where they point), then a bind of what it names (unless a directory above is)
     for p in [*path, executable, *(w for w in ldd.stdout.split() if w[0] == "/" and w[-1] != ":")]:
-        _graft(p, plan, made)
+        parts, here = p.strip("/").split("/"), ""
+        while parts and made.get(here) != "bind":
+            here += "/" + parts.pop(0)
+            link = os.readlink(here) if os.path.islink(here) else None
+            if here not in made:
+                made[here] = kind = "link" if link else "dir" if parts else "bind"
+                plan.append((kind, os.fsencode(here), os.fsencode(link) if link else os.path.isdir(here)))
+            if link:
+                target = os.path.normpath(os.path.join(os.path.dirname(here), link))
+                parts, here = target.split("/")[1:] + parts, ""
     bound = [p for p, kind in made.items() if kind == "bind"]
     # the site-packages under what is bound, hidden by an empty tmpfs
     hidden = [("mount", os.fsencode(p), (b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, b"size=4k"))
               for p in set(packages) if os.path.isdir(p) and any(p.startswith(b + "/") for b in bound)]
     return plan + hidden + [("mount", b"/proc", (b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)),
                             ("mount", b"/tmp", (b"tmpfs", MS_NOSUID | MS_NODEV, TMPFS))]
-
-
-def _graft(path, plan, made):
-    """Steps that make `path` resolve as on the host: directories, symlinks, then a bind of what it names."""
-    parts, here = path.strip("/").split("/"), ""
-    while parts and made.get(here) != "bind":
-        here += "/" + parts.pop(0)
-        kind = "link" if os.path.islink(here) else "dir" if parts else "bind"
-        if here not in made:
-            made[here] = kind
-            arg = os.fsencode(os.readlink(here)) if kind == "link" else os.path.isdir(here)
-            plan.append((kind, os.fsencode(here), arg))
-        if kind == "link":  # on from where it points
-            target = os.path.normpath(os.path.join(os.path.dirname(here), os.readlink(here)))
-            parts, here = target.split("/")[1:] + parts, ""
 
 # -----------------------------------------------------------------------------
 # one sandboxed process
@@ -247,11 +233,10 @@ def _memory_cgroup(uid):
     """A child of our memory cgroup (v1; v2 if delegated) holding MEMORY -> (path, None) or (None, why)."""
     try:
         lines = [line.rstrip("\n").split(":", 2) for line in open("/proc/self/cgroup")]
-        v1 = [path for _, kinds, path in lines if "memory" in kinds.split(",")]
+        v1 = [f"/sys/fs/cgroup/memory{path}" for _, kinds, path in lines if "memory" in kinds.split(",")]
         unified = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
-        v2 = [path for n, _, path in lines if n == "0" and unified]
-        group = f"/sys/fs/cgroup/memory{v1[0]}" if v1 else f"/sys/fs/cgroup{v2[0]}"
-        group = group.rstrip("/") + f"/scalerl-sandbox-{uid}"
+        v2 = [f"/sys/fs/cgroup{path}" for n, _, path in lines if n == "0" and unified]
+        group = os.path.join((v1 or v2)[0], f"scalerl-sandbox-{uid}")
         os.makedirs(group, exist_ok=True)
         atexit.register(shutil.rmtree, group, True)  # an rmdir: its files go with it, and errors are ignored
         _write(group + ("/memory.limit_in_bytes" if v1 else "/memory.max"), str(MEMORY).encode())
@@ -268,14 +253,13 @@ class Sandboxed(AbstractContextManager):
     """`python -I -S -B *args` in the sandbox; leaving the context kills all it started and cleans up."""
 
     def __init__(self, args, timeout=TIMEOUT, python=None, full=None):
-        report = isolation() if python is None else {}
-        python = python or report["python"]
-        self.full = report.get("mode") == "full" if full is None else full
-        if python is None:
+        report = isolation() if python is None else dict(python=python)
+        if (python := report["python"]) is None:
             raise ChildProcessError("no Python interpreter runs in the sandbox (see isolation())")
+        self.full = report.get("mode") == "full" if full is None else full
         uid, cgroup, _ = _worker()
         # full isolation: the run directory is where its root is mounted
-        self.proc, self.run_dir = None, tempfile.mkdtemp(prefix="sandbox-")
+        self.run_dir = tempfile.mkdtemp(prefix="sandbox-")
         try:
             os.chown(self.run_dir, uid, uid)  # -1: unchanged
             root = (os.fsencode(self.run_dir), _root_plan(python)) if self.full else (None, None)
@@ -285,8 +269,8 @@ class Sandboxed(AbstractContextManager):
                 [python, "-I", "-S", "-B", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, cwd=self.run_dir, env=ENV, umask=0o022, start_new_session=True,
                 preexec_fn=partial(_enter, uid, cgroup, *root, int(timeout) + 1, nproc))
-        except BaseException:
-            self.__exit__()
+        except BaseException:  # nothing started
+            shutil.rmtree(self.run_dir, ignore_errors=True)
             raise
         self.stdout, self.stderr, self.deadline = bytearray(), bytearray(), time.monotonic() + timeout
         # the streams still open
@@ -295,18 +279,12 @@ class Sandboxed(AbstractContextManager):
     def __exit__(self, *_):
         # not reaped yet, so its pid and process group are this run's. Full isolation: its helper kills
         # pid 1, reaps it once its namespace is empty and exits; else, the group is killed
-        if self.proc is not None:
-            pid = self.proc.pid
-            with suppress(OSError):
-                os.kill(pid, signal.SIGTERM) if self.full else os.killpg(pid, signal.SIGKILL)
-            self.proc.wait()
-            for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-                stream.close()
+        with self.proc, suppress(OSError):  # then Popen's exit closes the pipes and reaps it
+            self.proc.terminate() if self.full else os.killpg(self.proc.pid, signal.SIGKILL)
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def pump(self, data=b"", line=False):
-        """Feed `data` to stdin, reading stdout and stderr, until stdout holds a line (line) or else until
-        all three are closed -> None, "timed out" or "overflowed"."""
+        """Feed `data` to stdin, reading stdout and stderr, until stdout holds a line (line) or all close."""
         data, stdin = memoryview(data), self.proc.stdin
         with selectors.DefaultSelector() as selector:
             for stream in [*self.reading, *([stdin] if data else [])]:
@@ -344,9 +322,8 @@ def run(args, stdin=b"", timeout=TIMEOUT, python=None, full=None):
             while not stopped and (info := exited()) is None and time.monotonic() < p.deadline:
                 time.sleep(0.002)
             returncode = info and (info.si_status if info.si_code == os.CLD_EXITED else -info.si_status)
-            overflowed = stopped == "overflowed"
-            return Run(returncode, bytes(p.stdout), bytes(p.stderr), returncode is None and not overflowed,
-                       overflowed)
+            return Run(returncode, bytes(p.stdout), bytes(p.stderr),
+                       returncode is None and stopped != "overflowed", stopped == "overflowed")
     except Exception as e:  # a sandbox failure is a fail, never a crash of the run
         return Run(None, stderr=f"{type(e).__name__}: {e}".encode())
 
@@ -364,20 +341,17 @@ def _tasks_of(uid):
 
 PROBE = r"""
 import json, os, resource
-limits = [resource.getrlimit(getattr(resource, "RLIMIT_" + n))[0]
-          for n in ("CPU", "AS", "FSIZE", "NOFILE", "NPROC")]
-seccomp = [l.split()[1] for l in open("/proc/self/status") if l.startswith("Seccomp:")][0]
-new = [n for n in ns if os.readlink("/proc/self/ns/" + n) != ns[n]]
-r = dict(uid=os.getuid(), pid=os.getpid(), env=sorted(os.environ), root=sorted(os.listdir("/")), new=new,
-         oom=open("/proc/self/oom_score_adj").read().strip(), limits=limits, seccomp=seccomp)
-print(json.dumps(r))
+limits = [resource.getrlimit(vars(resource)["RLIMIT_" + n])[0] for n in "CPU AS FSIZE NOFILE NPROC".split()]
+print(json.dumps(dict(uid=os.getuid(), pid=os.getpid(), oom=open("/proc/self/oom_score_adj").read().strip(),
+    env=", ".join(sorted(os.environ)), root=", /".join(sorted(os.listdir("/"))), limits=limits,
+    new=[n for n in ns if os.readlink("/proc/self/ns/" + n) != ns[n]],
+    seccomp=[l.split()[1] for l in open("/proc/self/status") if l.startswith("Seccomp:")][0] == "2")))
 """
 
 
 @lru_cache(maxsize=None)
 def isolation():
-    """-> what took effect, as a probe in the sandbox saw it: mode "full", or a WARNING and what is
-    missing; python None when no interpreter runs there."""
+    """-> what took effect as a probe in the sandbox saw it: mode "full", or a WARNING and what is missing."""
     if os.geteuid() != 0:  # programs will run as our user: PR_SET_DUMPABLE 0 first
         _prctl(4, *_ZERO)
     ns = {n: os.readlink(f"/proc/self/ns/{n}") for n in ("mnt", "pid", "net", "ipc", "uts", "cgroup")}
@@ -387,31 +361,28 @@ def isolation():
         for python in dict.fromkeys(filter(None, [*pythons, shutil.which("python3", path=ENV["PATH"])])):
             result = run(["-c", f"ns = {ns!r}\n" + PROBE], python=python, full=full)
             if result.returncode == 0:
-                return _report(python, full, json.loads(result.stdout), missing)
+                return _report(python, full, missing, _worker()[2], **json.loads(result.stdout))
             missing = missing or f"namespaces ({result.stderr.decode(errors='replace').strip()[-200:]})"
     return dict(python=None, error=result.stderr.decode(errors="replace").strip()[-300:])
 
 
-def _report(python, full, probe, missing):
-    cpu, memory, file_size, files, processes = probe["limits"]
-    _, cgroup, no_cgroup = _worker()
-    seccomp = probe["seccomp"] == "2"
-    whose = (" (root!)" if probe["uid"] == 0 else ", one worker's own" if os.geteuid() == 0 else
+# from uid on, what the probe saw (PROBE's fields); no_cgroup: why a run has no memory cgroup, or None
+def _report(python, full, missing, no_cgroup, uid, pid, oom, env, root, limits, new, seccomp):
+    cpu, memory, file_size, files, processes = limits
+    whose = (" (root!)" if uid == 0 else ", one worker's own" if os.geteuid() == 0 else
              ": the trainer's own, so it reads and writes what the trainer can")
-    own_root = f"its own: /{', /'.join(probe['root'])}, read-only but for /tmp, its cwd"
     return dict(
         python=python, **{} if full else dict(missing=missing),
-        mode="full" if full else "WARNING: partial (see missing)", user=f"uid {probe['uid']}{whose}",
-        filesystem=own_root if full else "the host's",
-        network=("new" if "net" in probe["new"] else "the host's") + " network namespace"
-                + "; sockets denied" * seccomp, namespaces=", ".join(probe["new"]) or "none new",
+        mode="full" if full else "WARNING: partial (see missing)", user=f"uid {uid}{whose}",
+        filesystem=f"its own: /{root}, read-only but for /tmp, its cwd" if full else "the host's",
+        network=("new" if "net" in new else "the host's") + " network namespace"
+                + "; sockets denied" * seccomp, namespaces=", ".join(new) or "none new",
         seccomp="filter on (no sockets, signals, ptrace, namespaces, keyring, IPC)" if seccomp else "off",
-        memory=(f"{MEMORY >> 20} MiB for all of a run's processes (cgroup)" if cgroup
-                else f"per process only ({no_cgroup})") + f"; oom_score_adj {probe['oom']}",
-        environment=", ".join(probe["env"]),
+        memory=(f"{MEMORY >> 20} MiB for all of a run's processes (cgroup)" if no_cgroup is None
+                else f"per process only ({no_cgroup})") + f"; oom_score_adj {oom}", environment=env,
         limits=f"cpu {cpu} s, address space {memory >> 20} MiB, file size {file_size >> 20} MiB, "
                f"{files} open files, {processes} processes",
-        cleanup="pid 1 of its pid namespace; " * (probe["pid"] == 1) + "its process group killed at the end")
+        cleanup="pid 1 of its pid namespace; " * (pid == 1) + "its process group killed at the end")
 
 
 def require(unsafe=False):
