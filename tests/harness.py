@@ -1,0 +1,150 @@
+"""The harnesses torchrun runs test_all.py as (test_all.torchrun_harness: `python -m torch.distributed.run
+--nproc_per_node=N test_all.py fixed_batch ...`), one layout of train.py per run, on CPU and gloo, and the one
+process test_vllm_reloads_tied_embeddings_in_flight_with_the_fp32_head runs (`python test_all.py vllm_tied DIR`).
+test_all.py's `__main__` block calls main() with itself: `tests`, whose helpers some harnesses use (fixed_batch,
+recorded_step, the tiny Qwen). No tests here: pytest collects test_all.py only."""
+
+import gc
+import os
+import re
+import subprocess
+import sys
+import time
+from functools import partial
+
+import torch
+
+import data
+import distributed
+import loss as L
+import policy as P
+import train
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def peak_rss_reset():
+    """Linux: reset this process's peak resident memory (VmHWM) -> a function returning the peak since, in bytes."""
+    open("/proc/self/clear_refs", "w").write("5")
+    read = lambda key: int(re.search(rf"{key}:\s+(\d+)", open("/proc/self/status").read()).group(1)) * 1024
+    return lambda: read("VmHWM")
+
+
+def end_harness(layout):
+    """The protocol's last messages (the master's "stop", a sampler's "bye"), then distributed.finish."""
+    if layout.mailbox:
+        if layout.rank == 0:
+            for rank in range(1, layout.world):
+                layout.mailbox.send(rank, ("stop",))
+        else:
+            assert layout.mailbox.get(0, "the master (rank 0)") == ("stop",)
+            if layout.role == "sampler":
+                layout.mailbox.send(0, ("bye",))
+    distributed.finish(layout)
+
+
+def harness_fixed_batch(tests, out, model_dir, *config):
+    """One train_step of tests.fixed_batch() in train.py's layout for `config` -> the master saves the loss, the
+    grad norm and the full gradients to `out`."""
+    train.configure(list(config) + ["--grad_clip=1e9"])
+    layout = distributed.setup(train.n_samplers, 60.0, "cpu", "torch")
+    if layout.role != "sampler":  # a sampler rank takes no part in the gradient
+        stats, grads = tests.recorded_step(model_dir, tests.fixed_batch(len(data.load_tokenizer(model_dir))), layout)
+        if layout.rank == 0:
+            torch.save(dict(loss=stats["loss"], grad_norm=stats["grad_norm"], grads=grads), out)
+    end_harness(layout)
+
+
+def harness_buckets(out, *bucket_sizes):
+    """2 FSDP2 trainers push a ~80 MB fp32 Llama to 1 sampler rank in buckets of each size; every rank
+    measures its peak resident memory above what it held before each push -> out/rank<r>.pt."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    layout = distributed.setup(1, 60.0, "cpu", "torch")
+    torch.manual_seed(1 if layout.role == "sampler" else 0)  # the sampler starts from other weights
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=6000, hidden_size=512, intermediate_size=1536,
+                                         num_hidden_layers=4, num_attention_heads=8, tie_word_embeddings=False))
+    if layout.role != "sampler":
+        P.shard(model, torch.float32, root=L.TokenLogprobs(model))
+    params, result = dict(model.named_parameters()), dict(extra={}, received={})
+    for size in map(int, bucket_sizes):
+        plan = P.weight_plan(model, size, torch.float32)
+        gc.collect()
+        peak = peak_rss_reset()
+        before = peak()
+        if layout.role == "sampler":
+            with torch.no_grad():
+                for name, t in distributed.receive_buckets(layout.weight_group, plan, torch.float32, "cpu", 60):
+                    params[name].copy_(t)
+        else:
+            for flat in P.weight_buckets(model, plan, torch.float32):
+                if flat is not None:  # the master
+                    distributed.broadcast(layout.weight_group, flat, 60, "sampler rank 2")
+        result["extra"][size] = peak() - before
+        if layout.role == "sampler":
+            result["received"][size] = {n: p.detach().clone() for n, p in params.items()}
+    if layout.role != "sampler":  # the reference: the trainers' weights, gathered on the master
+        result["full"] = {n: P.gather_to_master(p, torch.float32) for n, p in params.items()}
+    torch.save(result, os.path.join(out, f"rank{layout.rank}.pt"))
+    end_harness(layout)
+
+
+def harness_slow_build(hold_s, *args):
+    """train.py with `args`, as torchrun runs it, except that the master's build of the tiny model takes hold_s
+    seconds more: a cold start that outlasts rank_timeout by construction, on any machine."""
+    import runpy
+    run = subprocess.run
+
+    def slow_prepare(command, *a, **k):  # train.tiny_model() runs data/builtin/prepare.py (on the master only)
+        if any(str(c).endswith("prepare.py") for c in command):
+            time.sleep(float(hold_s))
+            print(f"harness: the model's build held {hold_s} s", file=sys.stderr, flush=True)
+        return run(command, *a, **k)
+    subprocess.run = slow_prepare
+    sys.argv = [os.path.join(REPO, "train.py"), *args]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+
+
+def harness_slow_validation(hold_s, *args):
+    """train.py with `args`, as torchrun runs it, except that a sampler rank holds each validation's finished
+    groups back until hold_s seconds after its first prompt arrived (it goes on decoding and reporting):
+    a validation that outlasts rank_timeout by construction, on any machine."""
+    import runpy
+    import sample
+    add, pop = sample.Sampler.add, sample.Sampler.pop_finished
+
+    def add_and_start_the_clock(self, prompt_id, prompt_ids, n, think_budget=None):
+        if prompt_id == ("val", 0):
+            self.hold_until = time.time() + float(hold_s)
+        add(self, prompt_id, prompt_ids, n, think_budget)
+
+    def pop_all_but_held(self):
+        holding = time.time() < getattr(self, "hold_until", 0)
+        held = [g for g in self.finished if holding and isinstance(g.prompt_id, tuple)]
+        self.finished = [g for g in self.finished if not any(g is h for h in held)]
+        groups, self.finished = pop(self), held
+        return groups
+    sample.Sampler.add, sample.Sampler.pop_finished = add_and_start_the_clock, pop_all_but_held
+    sys.argv = [os.path.join(REPO, "train.py"), *args]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+
+
+def harness_vllm_tied(tests, path):
+    """test_vllm_reloads_tied_embeddings_in_flight_with_the_fp32_head's body, in a process of its own."""
+    import pathlib
+    from sample import VLLMSampler
+    tied = tests.make_tiny_qwen(pathlib.Path(path), tie=True)
+    old = tests.load_tiny_qwen(tied)
+    new = tests.perturbed_copy(old)
+    assert old.lm_head.weight is old.model.embed_tokens.weight and "lm_head.weight" not in dict(new.named_parameters())
+    sampler = VLLMSampler(tied["path"], engine_kwargs=dict(dtype="float32", max_model_len=256, kv_cache_memory_bytes=1 << 29),
+                          **tests.sampler_knobs(tied, eos_ids=[], think_budget=None, max_new_tokens=12))
+    tests.check_update_mid_sequence(sampler, old, new, tied["prompts"][:2], steps_before=5, total=12, tol=1e-4)
+    print("tied reload ok")
+
+
+def main(tests, name, *args):
+    """Run the harness `name` with torchrun's command-line arguments; `tests`: the test_all module."""
+    harnesses = dict(fixed_batch=partial(harness_fixed_batch, tests), buckets=harness_buckets,
+                     slow_validation=harness_slow_validation, slow_build=harness_slow_build,
+                     vllm_tied=partial(harness_vllm_tied, tests))
+    harnesses[name](*args)
