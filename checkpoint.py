@@ -1,11 +1,8 @@
-"""
-A run's out_dir, written by the master and read back on resume: config.json; log.jsonl, the config (and the
-sandbox's isolation) on its first line, then one JSON object per optimizer step, appended and flushed (the
-contract with fit_curve.py: README, "The log"); ckpt/, a Hugging Face model directory (fp32 weights and the
-tokenizer: transformers and vLLM load it as it is) with optimizer.pt and state.pt (step, counters, curriculum,
-the step's log row), written beside the old one and swapped in. On resume the log is read once and cut back
-to the checkpoint's step: it goes on with no gap and no duplicate.
-"""
+"""A run's out_dir, written by the master and read back on resume: config.json; log.jsonl (README, "The
+log": the contract with fit_curve.py), each row flushed; ckpt/, a Hugging Face model directory (fp32 weights
+and the tokenizer: transformers and vLLM load it as it is) with optimizer.pt and state.pt (step, counters,
+curriculum, the step's log row), written beside the old one and swapped in. On resume the log is cut back to
+the checkpoint's step: it goes on with no gap and no duplicate."""
 
 import json
 import os
@@ -48,26 +45,6 @@ def first_row(state, logged, eval_interval):
     return dict(state["row"]), state["step"] % eval_interval == 0 or state["last"]
 
 
-def open_log(out_dir, header, rows=None, wandb=None):
-    """The master's config.json and log.jsonl: a new run (rows None) writes the header line; a resumed one
-    rewrites its rows (the lines after its checkpoint are a crash's leftovers) and appends after them."""
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(header["config"], f, indent=1)
-    path, history = os.path.join(out_dir, "log.jsonl"), defaultdict(list)
-    if rows is not None:
-        with open(path + ".tmp", "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows)
-        os.replace(path + ".tmp", path)
-        for r in rows:
-            for key in filter(fitted, r):
-                history[key].append((r["gpu_hours"], r[key]))
-    log = Log(open(path, "a"), history, wandb)
-    if rows is None:
-        print(json.dumps(header), file=log.file, flush=True)
-    return log
-
-
 def fitted(key):
     """The log's keys the live fits follow: val_reward and val_reward_<domain>, not their standard errors."""
     return key.startswith("val_reward") and not key.endswith("_se")
@@ -98,8 +75,9 @@ def log_step(log, row, t_start):
 
 
 def open_run(out_dir, config, layout, n_params, isolation, logged):
-    """The master's log (open_log) and its header: the config, the model's size and, with code rewards, the
-    sandbox's isolation (printed too); mirrored to Weights & Biases with the config's wandb_log."""
+    """The master's config.json and log.jsonl (mirrored to Weights & Biases with wandb_log). A new run writes
+    the header: the config, the model's size and, with code rewards, the sandbox's isolation (printed too); a
+    resumed one rewrites its rows `logged` (the lines after its checkpoint are a crash's leftovers)."""
     header = dict(config=config, n_params=n_params, world=layout.world)
     if isolation:  # the isolation code rewards run under
         header["sandbox"] = isolation
@@ -108,7 +86,18 @@ def open_run(out_dir, config, layout, n_params, isolation, logged):
     if config["wandb_log"]:  # imported only when on
         import wandb as mirror
         mirror.init(project=config["wandb_project"], name=config["wandb_run_name"] or None, config=config)
-    return open_log(out_dir, header, logged, mirror)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    rows = [header] if logged is None else logged  # a new run's log starts with its header
+    path, history = os.path.join(out_dir, "log.jsonl"), defaultdict(list)
+    with open(path + ".tmp", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    os.replace(path + ".tmp", path)
+    for r in rows:
+        for key in filter(fitted, r):
+            history[key].append((r["gpu_hours"], r[key]))
+    return Log(open(path, "a"), history, mirror)
 
 
 def count(counters, step, stats, generated, n_params, started, cpu_start, world):

@@ -1,5 +1,4 @@
-"""
-nanoGPT's configurator, strict, for every entry point: config files (plain assignments, config/*.py) and
+"""nanoGPT's configurator, strict, for every entry point: config files (plain assignments, config/*.py) and
 --key=value override the defaults in order (python train.py config/scalerl_1gpu.py --lr=1e-6). An unknown
 key, a value of the wrong type or outside its allowed values: one line on stderr and exit code 2, no work.
 """
@@ -16,9 +15,8 @@ def fail(program, message):
 
 
 def configure(defaults, args, program, rules=None):
-    """defaults: {key: default value} (a value's type is its key's type); args: config files and --key=value,
-    applied in order; rules: {key: a tuple of the allowed values, or the smallest allowed number}.
-    -> a new dict with the overrides applied and checked."""
+    """defaults {key: value} (a value's type is its key's type), args (config files, --key=value: in order),
+    rules {key: a tuple of the allowed values, or the smallest allowed number} -> a new dict, checked."""
     config = dict(defaults)
     for arg in args:
         if arg.startswith("--"):
@@ -33,14 +31,12 @@ def configure(defaults, args, program, rules=None):
         else:
             if not os.path.isfile(arg):
                 fail(program, f"{arg}: no such config file")
-            namespace = {}
-            exec(open(arg).read(), namespace)
+            exec(open(arg).read(), namespace := {})
             items = {k: v for k, v in namespace.items() if not k.startswith("_")}
         for key, value in items.items():
             if key not in config:
                 fail(program, f"{arg}: unknown config key {key!r}; valid keys: {', '.join(config)}")
-            if type(config[key]) is float and type(value) is int:
-                value = float(value)
+            value = float(value) if type(config[key]) is float and type(value) is int else value  # 1 -> 1.0
             if type(value) is not type(config[key]):
                 fail(program, f"{arg}: {key} must be {type(config[key]).__name__}, got {value!r}")
             config[key] = value

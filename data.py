@@ -1,15 +1,13 @@
-"""
-Tasks for RL: the built-in task, JSONL math and code rows (README), held-out splits, No-Positive-Resampling.
+"""RL tasks: the built-in task, JSONL math and code rows (README), held-out splits, No-Positive-Resampling.
 
     python data.py --data=FILE.jsonl    # check a JSONL dataset: its size, or its first error
 """
 import json
-import math
 import os
 import random
 import re
 import sys
-from collections import defaultdict, namedtuple
+from collections import namedtuple
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,18 +99,16 @@ def read_row(line, where, path, prompt_field, answer_field):
         raise DataError(f"{where}: malformed JSON ({e.msg}, column {e.colno})") from None
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    has = f"(has: {', '.join(row) or 'none'})"
+    missing = lambda named: DataError(f"{where}: missing field {named} (has: {', '.join(row) or 'none'})")
     blank = lambda value: value is None or isinstance(value, str) and not value.strip()
     field = prompt_field or ("prompt" if "prompt" in row else "problem")
     code_field = next((k for k in CODE_FIELDS if k in row), None)
     is_code = answer_field not in row and code_field is not None
     if blank(row.get(field)):
-        named = repr(field) if prompt_field else "'prompt' or 'problem'"
-        raise DataError(f"{where}: missing field {named} {has}")
+        raise missing(repr(field) if prompt_field else "'prompt' or 'problem'")
     if not is_code and blank(row.get(answer_field)):
-        named = repr(answer_field) if answer_field in row else \
-            f"{answer_field!r} (math) or {' / '.join(map(repr, CODE_FIELDS))} (code)"
-        raise DataError(f"{where}: missing field {named} {has}")
+        raise missing(repr(answer_field) if answer_field in row else
+                      f"{answer_field!r} (math) or {' / '.join(map(repr, CODE_FIELDS))} (code)")
     if not isinstance(row[field], str):
         raise DataError(f"{where}: field {field!r} must be a string")
     if answer_field in row and code_field:
@@ -172,19 +168,17 @@ def jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_fiel
     """A seeded shuffle of the file; per domain, n_val held out, then at most n_train (0: all)."""
     rows = read_jsonl(path, prompt_field, answer_field)
     random.Random(seed).shuffle(rows)
-    by_domain = defaultdict(list)  # in the shuffled order
-    for row in rows:
-        by_domain[row["domain"]].append(row)
+    # each domain's rows; domains and rows in the shuffled order
+    by_domain = {d: [r for r in rows if r["domain"] == d] for d in dict.fromkeys(r["domain"] for r in rows)}
     train, val = [], []
     for domain, rows in by_domain.items():  # per domain (ours): every domain's curve gets the same precision
         if n_val >= len(rows):
-            of = f" of domain {domain!r}" if len(by_domain) > 1 else ""
             raise DataError(f"{path}: n_val={n_val} held-out prompts must be fewer than the file's "
-                            f"{len(rows)} rows{of}")
+                            f"{len(rows)} rows" + (f" of domain {domain!r}" if len(by_domain) > 1 else ""))
         for n, row in enumerate(rows[:n_val + (n_train or len(rows))]):
             input_ids = encode_prompt(tokenizer, template.replace("{problem}", row["text"]))
-            fed = tokenizer.decode(input_ids)
-            opens_thinking = fed.rfind(THINK_START) > fed.rfind(THINK_END)
+            # the prompt as fed ends inside <think> (some chat templates): a <think> after the last </think>
+            opens_thinking = THINK_START in tokenizer.decode(input_ids).rpartition(THINK_END)[2]
             prompt = Prompt(f"{os.path.basename(path)}:{row['line']}", row["text"], input_ids, row["answer"],
                             domain=domain, code=row["code"], opens_thinking=opens_thinking)
             (val if n < n_val else train).append(prompt)
@@ -201,7 +195,6 @@ def load_tokenizer(path):
 
 
 def encode_prompt(tokenizer, text):
-    """Prompt text -> input ids, through the chat template when the tokenizer has one."""
     if getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
                                              add_generation_prompt=True)
@@ -233,7 +226,7 @@ def parse_data_path(data_path):
             path, weight = entry, None
         if not path:
             raise DataError(f"data_path={data_path!r}: an empty entry")
-        if weight is not None and not (math.isfinite(weight) and weight > 0):
+        if weight is not None and not 0 < weight < float("inf"):
             raise DataError(f"data_path={data_path!r}: the weight of {path} must be a positive number")
         sources.append((path, weight))
     if len({weight is None for _, weight in sources}) > 1:
@@ -279,8 +272,7 @@ def split_task(data_path, tokenizer, n_train, n_val, seed=0, prompt_field=None, 
 # the curriculum: epochs in a seeded order, No-Positive-Resampling
 
 class Curriculum:
-    """Training prompt indices, epoch after epoch in fresh seeded orders, retired ones skipped; None once all
-    are. Weighted domains (ours): a stream each, by smooth weighted round-robin (2:1 -> a a b a a b ...)."""
+    """Training prompt indices, a fresh seeded order each epoch, retired ones skipped; None once all are."""
 
     def __init__(self, n_prompts, seed=0, npr=True, threshold=0.9, domains=None, weights=None):
         self.n_prompts, self.seed = n_prompts, seed
@@ -299,17 +291,16 @@ class Curriculum:
     def order(self, epoch, stream=0):
         """A stream's order in an epoch: a permutation seeded by (seed, epoch[, stream])."""
         if self._orders.get(stream, (None,))[0] != epoch:
-            key = [self.seed, epoch] + ([stream] if len(self.domains) > 1 else [])
-            permutation = np.random.default_rng(key).permutation(self.members[stream])
-            self._orders[stream] = (epoch, permutation.tolist())
+            rng = np.random.default_rng([self.seed, epoch] + ([stream] if len(self.domains) > 1 else []))
+            self._orders[stream] = (epoch, rng.permutation(self.members[stream]).tolist())
         return self._orders[stream][1]
 
     def next(self):
         if len(self.retired) == self.n_prompts:
             return None
         live = [k for k, members in enumerate(self.members) if any(i not in self.retired for i in members)]
-        # smooth weighted round-robin (nginx's; ours: no sampling noise): the largest credit goes, and pays
-        # the total
+        # weighted domains (ours): a stream each, by smooth weighted round-robin (nginx's; no sampling noise):
+        # the largest credit goes, and pays the total (2:1 -> a a b a a b ...)
         for k in live:
             self.credits[k] += self.weights[k]
         stream = max(live, key=lambda k: self.credits[k])
@@ -328,9 +319,8 @@ class Curriculum:
             self.retired.add(index)
 
     def state_dict(self):
-        return dict(n_prompts=self.n_prompts, seed=self.seed, npr=self.npr, threshold=self.threshold,
-                    domains=self.domains, epochs=self.epochs, positions=self.positions, credits=self.credits,
-                    retired=sorted(self.retired))
+        keys = ("n_prompts", "seed", "npr", "threshold", "domains", "epochs", "positions", "credits")
+        return dict({key: getattr(self, key) for key in keys}, retired=sorted(self.retired))
 
     def load_state_dict(self, d):
         for key, mine in (("n_prompts", self.n_prompts), ("domains", self.domains)):

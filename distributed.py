@@ -188,7 +188,6 @@ class Heartbeat:
                 store.add(key, 1)
 
     def check(self, peer, who):
-        """A RankError naming `who` if the peer's counter stood still for timeout_s: gone or stopped."""
         now = time.time()
         count, changed, checked = self.seen.get(peer, (None, now, 0.0))
         if now - checked >= self.period_s:  # one store read a period at most
@@ -214,7 +213,6 @@ def convert(x, to_arrays):
 
 
 def pack(message):
-    """A message (a tuple of plain values, Groups and Completions) -> one uint8 tensor, a pickle of arrays."""
     return torch.frombuffer(bytearray(pickle.dumps(convert(message, True), protocol=5)), dtype=torch.uint8)
 
 
@@ -361,7 +359,7 @@ class RemoteSamplers:
         self.ranks = list(range(layout.trainers, layout.world))
         # per rank: the groups handed out and not yet returned (add: to the least loaded), when it last sent
         self.load, self.heard = {r: 0 for r in self.ranks}, {r: time.time() for r in self.ranks}
-        self.finished, self.version = [], 0
+        self.finished = []
 
     @property
     def num_unfinished(self):
@@ -399,7 +397,6 @@ class RemoteSamplers:
         peers = f"sampler rank{'s' if len(self.ranks) > 1 else ''} {', '.join(map(str, self.ranks))}"
         for flat in flats:
             broadcast(self.layout.weight_group, flat.to(self.layout.device), self.timeout_s, peers)
-        self.version = version
 
     def stop(self):
         """The last message to every other rank: followers and samplers stop (a sampler answers "bye")."""

@@ -41,12 +41,10 @@ def read_log(path, x_col="gpu_hours", y_col="val_reward"):
         with open(path, newline="") as f:
             if path.endswith(".csv"):
                 reader = csv.DictReader(f)
-                for record in reader:
-                    record = {k: v for k, v in record.items() if k is not None and v not in (None, "")}
-                    rows.append((reader.line_num, record))
+                for record in reader:  # a cell: a str, or None if missing; a long row's extras sit under None
+                    rows.append((reader.line_num, {k: v for k, v in record.items() if k is not None and v}))
             else:
-                lines = f.readlines()
-                for line_number, line in enumerate(lines, 1):
+                for line_number, line in enumerate(lines := f.readlines(), 1):
                     try:
                         record = json.loads(line) if line.strip() else {}  # a blank line holds nothing
                     except json.JSONDecodeError as e:
@@ -59,9 +57,8 @@ def read_log(path, x_col="gpu_hours", y_col="val_reward"):
     except OSError as e:
         raise ValueError(f"cannot read the file ({e.strerror})") from None
     columns = set().union(*(record for _, record in rows))
-    for col in (x_col, y_col):
-        if col not in columns:
-            raise ValueError(f"no column {col!r}; the columns are: {', '.join(sorted(columns)) or 'none'}")
+    if missing := [col for col in (x_col, y_col) if col not in columns]:
+        raise ValueError(f"no column {missing[0]!r}; the columns are: {', '.join(sorted(columns)) or 'none'}")
     points = []  # (line number, x, y)
     for line_number, record in rows:
         if x_col not in record or y_col not in record:
@@ -98,9 +95,8 @@ def fit_window(x, min_x=None, fit_until=None):
     return known & (x >= min_x) & (x > 0), float(min_x)  # x > 0: R(0) = R0 by construction
 
 
-def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None, a_range=None):
-    """Fit the sigmoid to a curve whose first point is step 0 -> SigmoidFit. r0: R0, default y[0] (fixed, as
-    in the paper); min_x, fit_until: the window (fit_window); a: fix A (rank_runs); a_range: bounds of A."""
+def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None):
+    """Fit the sigmoid to a curve from step 0 -> SigmoidFit. R0: r0 or y[0], fixed (paper); a fixes A."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     if len(x) != len(y) or len(x) == 0 or np.any(np.diff(x) <= 0):
         raise ValueError("x and y must have the same, non-zero length and x must increase")
@@ -119,7 +115,7 @@ def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None, a_range=None)
         a_grid = np.array([float(a)])
     else:
         span = y.max() - y.min()  # bounds of A: (0, 1) for a pass rate, else the range widened by its width
-        lo, hi = a_range or ((0.0, 1.0) if 0 <= y.min() <= y.max() <= 1 else (y.min() - span, y.max() + span))
+        lo, hi = (0.0, 1.0) if 0 <= y.min() <= y.max() <= 1 else (y.min() - span, y.max() + span)
         k = max(3, n // 10)
         reached = yw[-k:].mean()
         slack = 3 * np.std(np.diff(yw)) / math.sqrt(2 * k)
@@ -141,8 +137,7 @@ def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None, a_range=None)
     for B in B_GRID:
         shape = expit(B * (log_x[None, :] - log_c[:, None]))  # (nC, n)
         sse = d @ d - 2 * np.outer(gain, shape @ d) + np.outer(gain ** 2, (shape * shape).sum(1))
-        j = sse.argmin(1)  # sse: (nA, nC)
-        s = sse[np.arange(len(gain)), j]
+        j, s = sse.argmin(1), sse.min(1)  # sse: (nA, nC); per A the best C_mid and its SSE
         better = s < best_sse
         best_sse[better], best_b[better], best_log_c[better] = s[better], B, log_c[j[better]]
 
@@ -151,20 +146,18 @@ def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None, a_range=None)
     # the A grid from the best cell while a refined neighbour does better.
     bounds = ([B_GRID[0] / 2, log_c[0]], [B_GRID[-1] * 2, log_c[-1]])
     refined = {}  # grid index of A -> (sse, A, B, C_mid)
-    i, i_best = None, int(best_sse.argmin())
-    while i_best != i:
-        i = i_best
-        for j in (i - 1, i, i + 1):
-            if 0 <= j < len(a_grid) and j not in refined:
-                curve = lambda x_, B, log_c_mid: sigmoid(x_, R0, a_grid[j], B, math.exp(log_c_mid))
-                params = (best_b[j], best_log_c[j])  # kept if curve_fit fails
-                with suppress(RuntimeError, ValueError), warnings.catch_warnings():
-                    # A == R0 leaves B and C_mid undetermined: no covariance
-                    warnings.simplefilter("ignore", OptimizeWarning)
-                    params, _ = curve_fit(curve, xw, yw, p0=params, bounds=bounds)
-                sse = float(((yw - curve(xw, *params)) ** 2).sum())
-                refined[j] = (sse, float(a_grid[j]), float(params[0]), math.exp(params[1]))
-        i_best = min(refined, key=lambda j: refined[j][0])
+    i = int(best_sse.argmin())
+    while unrefined := [j for j in (i - 1, i, i + 1) if 0 <= j < len(a_grid) and j not in refined]:
+        for j in unrefined:
+            curve = lambda x_, B, log_c_mid: sigmoid(x_, R0, a_grid[j], B, math.exp(log_c_mid))
+            params = (best_b[j], best_log_c[j])  # kept if curve_fit fails
+            with suppress(RuntimeError, ValueError), warnings.catch_warnings():
+                # A == R0 leaves B and C_mid undetermined: no covariance
+                warnings.simplefilter("ignore", OptimizeWarning)
+                params, _ = curve_fit(curve, xw, yw, p0=params, bounds=bounds)
+            sse = float(((yw - curve(xw, *params)) ** 2).sum())
+            refined[j] = (sse, float(a_grid[j]), float(params[0]), math.exp(params[1]))
+        i = min(refined, key=lambda j: refined[j][0])
     sse, A, B, C_mid = refined[i]
     sst = float(((yw - yw.mean()) ** 2).sum())
     return SigmoidFit(R0, A, B, C_mid, rmse=math.sqrt(sse / n), r2=1 - sse / sst if sst > 0 else math.nan,
@@ -185,23 +178,19 @@ def bootstrap(x, y, fit, n_resamples=200, seed=0):
 
 
 def rank_runs(names, curves, fits, margin=A_MARGIN):
-    """The paper's comparison rule -> [dict(run, index, A, common_A, B_at_common_A)], best first: runs within
-    margin (boundary included) of their group's top A are refitted at the group's mean A and ranked by B."""
+    """The paper's comparison rule, best first: runs within margin of a group's top A rank by B at mean A."""
     groups = []
     for i in sorted(range(len(fits)), key=lambda i: -fits[i].A):
-        if not groups or fits[groups[-1][0]].A - fits[i].A > margin + 1e-9:
+        if not groups or fits[groups[-1][0]].A - fits[i].A > margin + 1e-9:  # exactly margin apart: within
             groups.append([])
         groups[-1].append(i)
     ranking = []
-    for group in groups:
+    for group in groups:  # a run alone in its group has no common A and no refit: it is ranked by its A
         common_A = float(np.mean([fits[i].A for i in group])) if len(group) > 1 else None
-        refit_B = {i: None for i in group}  # a run alone in its group is ranked by its A
-        if common_A is not None:
-            refit_B = {i: fit_sigmoid(*curves[i], r0=fits[i].R0, min_x=fits[i].min_x,
-                                      fit_until=fits[i].fit_until, a=common_A).B for i in group}
-            group = sorted(group, key=lambda i: -refit_B[i])
-        ranking += [dict(run=names[i], index=i, A=fits[i].A, common_A=common_A, B_at_common_A=refit_B[i])
-                    for i in group]
+        refit_B = {i: fit_sigmoid(*curves[i], r0=fits[i].R0, min_x=fits[i].min_x, fit_until=fits[i].fit_until,
+                                  a=common_A).B for i in group if common_A is not None}
+        ranking += [dict(run=names[i], index=i, A=fits[i].A, common_A=common_A, B_at_common_A=refit_B.get(i))
+                    for i in sorted(group, key=lambda i: -refit_B.get(i, 0))]
     return ranking
 
 
@@ -237,8 +226,7 @@ def fmt_compute(v):
 def plot_fits(path, runs, x_col, y_col):
     """runs: dicts with name, x, y, fit. Fitted points filled, the rest (early transient, held out) hollow."""
     from matplotlib.figure import Figure  # not pyplot: a file, no display and no global figure to close
-    fig = Figure(figsize=(8, 5))
-    ax = fig.subplots()
+    ax = Figure(figsize=(8, 5)).subplots()
     for k, run in enumerate(runs):
         x, y, fit, colour = run["x"], run["y"], run["fit"], f"C{k}"
         used, _ = fit_window(x, fit.min_x, fit.fit_until)
@@ -255,8 +243,8 @@ def plot_fits(path, runs, x_col, y_col):
     ax.set(xscale="log", xlabel=f"compute ({x_col}, log scale)", ylabel=y_col,
            title="ScaleRL sigmoid fit: R = R0 + (A - R0) / (1 + (C_mid / C)^B)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    ax.figure.tight_layout()
+    ax.figure.savefig(path, dpi=120)
 
 
 def main(argv=None):

@@ -1,7 +1,5 @@
-"""
-The verdict of a model-written program against its tests, run in the sandbox (sandbox.py): the code reward.
-Calls and asserts run here, on literals from HARNESS: nothing the program holds or prints can forge a pass.
-"""
+"""The verdict of a model-written program against its tests, run in sandbox.py: the code reward.
+Calls and asserts run here, on literals from HARNESS: nothing the program holds or prints can forge a pass."""
 import ast
 import builtins
 import json
@@ -101,7 +99,14 @@ def assert_plan(test, entry_point=None):
     uncalled = [name for name in functions if name not in called]
     calls = [f"check({entry_point})"] if entry_point and "check" in uncalled else []
     script = "\n".join([test, *calls, *(f"{name}()" for name in uncalled if name.startswith("test_"))])
-    free, bound = _names(script)
+    # the names the script binds, and those it reads but never binds in any of its scopes, builtins aside
+    tables = [top := symtable.symtable(script, "<test>", "exec")]
+    for table in tables:  # the list grows as it goes: every scope, however deep
+        tables += table.get_children()
+    bound = {s.get_name() for s in top.get_symbols()
+             if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    free = {s.get_name() for table in tables for s in table.get_symbols()
+            if s.is_referenced() and (table is top or s.is_global())} - bound - set(dir(builtins))
     if entry_point in bound:
         raise ValueError(f"the test defines the entry point {entry_point!r} itself")
     for name in sorted(free - {entry_point}):
@@ -129,18 +134,6 @@ def assert_plan(test, entry_point=None):
     if not any(isinstance(n, (ast.Assert, ast.Raise)) for n in reached):
         raise ValueError("the test asserts nothing")
     return script, tuple(sorted(names))
-
-
-def _names(code):
-    """-> (the names code reads but never binds, in any of its scopes, builtins aside; the names it binds)."""
-    tables = [top := symtable.symtable(code, "<test>", "exec")]
-    for table in tables:  # the list grows as it goes: every scope, however deep
-        tables += table.get_children()
-    bound = {s.get_name() for s in top.get_symbols()
-             if s.is_assigned() or s.is_imported() or s.is_namespace()}
-    read = {s.get_name() for table in tables for s in table.get_symbols()
-            if s.is_referenced() and (table is top or s.is_global())}
-    return read - bound - set(dir(builtins)), bound
 
 
 _pool = lru_cache(maxsize=None)(lambda workers: ThreadPoolExecutor(workers, thread_name_prefix="sandbox"))

@@ -111,24 +111,20 @@ def token_logprobs(model, input_ids, temperature=1.0, fp32_head=True, attention_
     with_entropy the policy's entropy at each position (no gradient: a diagnostic). The head runs over
     chunks of positions (_HeadLogprobs): no (B, T, V) fp32 tensor is ever held (V = 152k for Qwen)."""
     body = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-    hidden = body.last_hidden_state
-    B, T, H = hidden.shape
-    hidden = hidden[:, :-1].reshape(-1, H)  # (B*(T-1), H): the positions that predict a next token
+    B, T = input_ids.shape
+    hidden = body.last_hidden_state[:, :-1].flatten(0, 1)  # (B*(T-1), H): the positions that predict a token
     targets = input_ids[:, 1:].reshape(-1)  # (B*(T-1),)
     head = model.get_output_embeddings()
     weight = head_weight(model, fp32_head)  # cast once for every chunk (and its recompute)
     upcast = weight if weight.dtype != head.weight.dtype else None  # CPU: a bf16 head's fp32 copy
     chunk_tokens = chunk_tokens or max(1, (1 << 26) // weight.shape[0])  # ~256 MB of fp32 logits (ours)
-    logprobs, entropies = [], []
     with torch.autocast(hidden.device.type, enabled=False):  # an enclosing autocast would undo the upcast
-        for start in range(0, hidden.shape[0], chunk_tokens):
-            h, y = hidden[start:start + chunk_tokens], targets[start:start + chunk_tokens]
-            out, entropy = _HeadLogprobs.apply(h, head.weight, upcast, getattr(head, "bias", None), y,
-                                               temperature, fp32_head, with_entropy)
-            logprobs.append(out)
-            entropies.append(entropy)
-    logprobs = torch.cat(logprobs).view(B, T - 1)
-    return (logprobs, torch.cat(entropies).view(B, T - 1)) if with_entropy else logprobs
+        chunks = [_HeadLogprobs.apply(hidden[start:start + chunk_tokens], head.weight, upcast,
+                                      getattr(head, "bias", None), targets[start:start + chunk_tokens],
+                                      temperature, fp32_head, with_entropy)
+                  for start in range(0, hidden.shape[0], chunk_tokens)]  # (logprobs, entropy) per chunk
+    logprobs, entropies = torch.cat([out for out, _ in chunks]), torch.cat([ent for _, ent in chunks])
+    return (logprobs.view(B, T - 1), entropies.view(B, T - 1)) if with_entropy else logprobs.view(B, T - 1)
 
 
 class TokenLogprobs(torch.nn.Module):
@@ -189,8 +185,7 @@ def token_weights(mask, prompt_index, agg="prompt"):
         return mask / mask.sum(dim=1, keepdim=True).clamp(min=1) / mask.shape[0]
     if agg == "prompt":
         prompts, row_prompt = torch.unique(prompt_index, return_inverse=True)  # row -> 0..P-1
-        group_tokens = torch.zeros(len(prompts), dtype=mask.dtype, device=mask.device)
-        group_tokens.index_add_(0, row_prompt, mask.sum(dim=1))
+        group_tokens = mask.new_zeros(len(prompts)).index_add_(0, row_prompt, mask.sum(dim=1))  # (P,)
         return mask / group_tokens[row_prompt, None].clamp(min=1) / len(prompts)
     raise ValueError(f"agg must be 'prompt', 'sample' or 'token', got {agg!r}")
 
@@ -203,8 +198,7 @@ def cispo(ratio, log_ratio, logprobs, A, mask, eps_max=4.0):
     """ScaleRL's: J = sum w * sg(min(rho, eps_max)) * A * log pi (MiniMax-M1)."""
     # the detached ratio clamped from above only (no lower clip); the gradient flows through log pi for every
     # token, truncated ones included: what CISPO adds over PPO-style clipping
-    per_token = -torch.clamp(ratio.detach(), max=eps_max) * A * logprobs
-    return per_token, ratio.detach() > eps_max
+    return -torch.clamp(ratio.detach(), max=eps_max) * A * logprobs, ratio.detach() > eps_max
 
 
 def dapo(ratio, log_ratio, logprobs, A, mask, clip_low=0.2, clip_high=0.28):
@@ -236,8 +230,7 @@ def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss_ty
     logprobs           (N, T) trainer log-probs of the sampled tokens (with grad)
     behaviour_logprobs (N, T) the log-probs recorded when each token was sampled (pi_gen)
     advantages         (N,)   one per completion
-    mask               (N, T) 1 where the policy chose the token (not padding, not the forced
-                              interruption phrase, not the prompt)
+    mask               (N, T) 1 where the policy chose the token (not padding, prompt, forced interruption)
     weights            (N, T) aggregation weights from token_weights (zero where mask is zero)
     loss_type, knobs   LOSSES' entry, and values by name (a config): each loss takes those it names
     Returns (loss, stats); stats are detached sums and maxima over this (micro-)batch's unmasked
@@ -256,10 +249,9 @@ def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss_ty
     total = (per_token * weights).sum()
     with torch.no_grad():  # detached tensors: no CPU-GPU sync here; merge_stats syncs once per step
         ratio_on_mask = torch.where(mask, ratio, 0.0)
-        stats = dict(tokens=mask.sum(), is_ratio_sum=ratio_on_mask.sum(), is_ratio_max=ratio_on_mask.max(),
-                     is_truncated_sum=(clipped & mask).sum(),
-                     logprob_mismatch_sum=log_ratio.abs().sum())  # log_ratio is 0 off the mask
-    return total, stats
+        return total, dict(tokens=mask.sum(), is_ratio_sum=ratio_on_mask.sum(),
+                           is_ratio_max=ratio_on_mask.max(), is_truncated_sum=(clipped & mask).sum(),
+                           logprob_mismatch_sum=log_ratio.abs().sum())  # log_ratio is 0 off the mask
 
 
 def merge_stats(stats_list, entropy_sum=0.0):
@@ -269,16 +261,14 @@ def merge_stats(stats_list, entropy_sum=0.0):
     return dict(is_ratio_mean=total("is_ratio_sum") / tokens,
                 is_ratio_max=max((float(s["is_ratio_max"]) for s in stats_list), default=0.0),
                 is_truncated_frac=total("is_truncated_sum") / tokens,
-                logprob_mismatch=total("logprob_mismatch_sum") / tokens,
-                entropy=float(entropy_sum) / tokens)
+                logprob_mismatch=total("logprob_mismatch_sum") / tokens, entropy=float(entropy_sum) / tokens)
 
 
 @torch.no_grad()
 def sampler_mismatch(logprobs, behaviour_logprobs, mask):
     """The generator/trainer numeric mismatch (what the FP32 head removes, ScaleRL sec. 3.3) on completions
-    that one version of the weights sampled whole (validation's), so staleness plays no part -> dict(
-    lag0_tokens, logprob_mismatch_lag0: mean |log pi - log pi_gen|, kl_lag0: the mean of rho - 1 - log
-    rho)."""
+    one weights version sampled whole (validation's: no staleness) -> dict(lag0_tokens, logprob_mismatch_lag0:
+    mean |log pi - log pi_gen|, kl_lag0: the mean of rho - 1 - log rho)."""
     mask = mask.bool()
     log_ratio = torch.where(mask, logprobs - behaviour_logprobs, 0.0)  # (N, T); NaN (forced tokens) off mask
     n = max(int(mask.sum()), 1)

@@ -1,9 +1,8 @@
 """
-The policy's parameters on the trainer ranks, and their way out (distributed.py carries them between ranks):
-fp32 parameters and AdamW state with compute in `dtype`, by FSDP2 across trainer ranks (MixedPrecisionPolicy)
-or by a bf16 copy in one process (the same numerics); the full weights gathered to the master for
-checkpoints, and in buckets, cast, for the samplers, so that no rank holds a second full copy. An Adam step
-at the paper's lr 5e-7 is below bf16's resolution for most weights: bf16 master weights would not learn.
+The trainer's policy: fp32 parameters and AdamW state, computing in `dtype` by FSDP2 (MixedPrecisionPolicy)
+or by a bf16 copy in one process (the same numerics): an Adam step at the paper's lr 5e-7 is below bf16's
+resolution for most weights, so bf16 master weights would not learn. Its way out (via distributed.py): the
+full weights gathered to the master for checkpoints, and cast buckets for the samplers (no second full copy).
 """
 import copy
 import os
@@ -31,29 +30,25 @@ def load_policy(path, device, rank, ranks, sharded, dtype, checkpoint_activation
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).train()
     if checkpoint_activations:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=dict(use_reentrant=False))
+    logprobs = L.TokenLogprobs(model if sharded else compute_copy(model, dtype))
     if sharded:
-        logprobs = L.TokenLogprobs(model)
         shard(model, dtype, root=logprobs)
-    else:
-        logprobs = L.TokenLogprobs(compute_copy(model, dtype))
     # foreach: under FSDP2 every parameter is a DTensor (the root is sharded too), so the multi-tensor path
     # that CUDA picks by default works; CPUs take it there too, so the tests run what GPUs run. A CPU's plain
     # tensors take the fused kernel: 2.8x foreach's speed here (benchmarks/step_roofline.py)
     fused = dict(fused=True) if not sharded and torch.device(device).type == "cpu" else dict(foreach=True)
     optimizer = torch.optim.AdamW(model.parameters(), **fused, **adamw)
     if resume:
-        state = {}
-        if rank == 0 or not sharded:
-            state = torch.load(os.path.join(path, "optimizer.pt"), weights_only=False)
+        optimizer_file = os.path.join(path, "optimizer.pt")  # under FSDP2 trainer rank 0 reads it for all
+        state = torch.load(optimizer_file, weights_only=False) if rank == 0 or not sharded else {}
         options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=sharded)
         set_optimizer_state_dict(model, optimizer, state, options=options)
     return Policy(model, logprobs, optimizer, rank, ranks, sharded)
 
 
 def shard(model, dtype, root):
-    """FSDP2 over the trainers' group: every decoder layer (resharded after forward), then the root (`root`,
-    whose forward uses the embeddings, the final norm and the head). fp32 shards; each forward gathers in
-    `dtype` (bf16 on GPUs) and gradients are reduced in fp32 (MixedPrecisionPolicy)."""
+    """FSDP2 over the trainers' group: every decoder layer (resharded after forward), then `root` (its forward
+    uses the embeddings, the final norm and the head). fp32 shards, gathered in `dtype`, gradients in fp32."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     mixed = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     for layer in model.base_model.layers:
@@ -62,8 +57,7 @@ def shard(model, dtype, root):
 
 
 def compute_copy(model, dtype):
-    """FSDP2's numerics without FSDP2 (one process, data parallel): a copy in `dtype` runs forward and
-    backward; add_grads() after each micro-batch, copy_weights() after each step."""
+    """FSDP2's numerics without FSDP2: a `dtype` copy computes; add_grads and copy_weights keep it in step."""
     return model if dtype == torch.float32 else copy.deepcopy(model).to(dtype)
 
 
@@ -87,7 +81,7 @@ def add_grads(model, compute):
         if p.grad is None:
             p.grad = torch.empty_like(p).copy_(c.grad)
         else:
-            if scratch is None or scratch.numel() < p.numel():
+            if scratch is None:  # one buffer of the largest parameter's size, made at the first add
                 scratch = torch.empty(max(q.numel() for q in model.parameters()), device=p.device)
             p.grad.add_(scratch[:p.numel()].view_as(p).copy_(c.grad))
         c.grad = None
@@ -122,15 +116,14 @@ def gather_to_master(param, dtype):
     if not hasattr(param, "full_tensor"):
         return param.detach().to(dtype)  # one trainer, or data parallel: every rank holds it whole
     world, rank = dist.get_world_size(), dist.get_rank()
-    rows = param.shape[0]
-    chunk = -(-rows // world)
+    chunk = -(-param.shape[0] // world)  # ceil(rows / world)
     local = param.to_local().detach()
     padded = local.to(dtype) if local.shape[0] == chunk else torch.cat([local.to(dtype), local.new_zeros(
         (chunk - local.shape[0], *local.shape[1:]), dtype=dtype)])
     full = padded.new_empty((chunk * world, *param.shape[1:])) if rank == 0 else None
     with naming_peers("a trainer rank died or stopped answering (weight gather)"):
         dist.gather(padded, list(full.chunk(world)) if full is not None else None, dst=0)
-    return full[:rows] if full is not None else None
+    return full[:param.shape[0]] if full is not None else None
 
 
 def full_state(policy):
@@ -160,8 +153,7 @@ def weight_buckets(model, plan, dtype):
             if full is not None and len(bucket) == 1:
                 flat = full.reshape(-1)
             elif full is not None:
-                if flat is None:
-                    flat = full.new_empty(sum(int(np.prod(s)) for _, s in bucket))
+                flat = full.new_empty(sum(int(np.prod(s)) for _, s in bucket)) if flat is None else flat
                 flat[offset:offset + full.numel()].copy_(full.reshape(-1))
             offset += int(np.prod(shape))
             del full
@@ -172,8 +164,8 @@ def push_weights(policy, samplers, version, dtype, bucket_bytes):
     """After a step, the new weights into every sampler, in flight (PipelineRL), in buckets cast to `dtype`:
     to the sampler ranks, or into vLLM in this process; a torch sampler on the trainer's own module has
     nothing to copy; a follower trainer (samplers None) joins the gathers only."""
-    own = (policy.logprobs.model, policy.model)  # the modules a torch sampler in this process may decode with
-    if any(getattr(samplers, "model", None) is m for m in own):
+    # a torch sampler in this process may decode with the compute module or the fp32 one: nothing to copy
+    if any(getattr(samplers, "model", None) is m for m in (policy.logprobs.model, policy.model)):
         return samplers.update_weights(None, version)
     plan = weight_plan(policy.model, bucket_bytes, dtype)
     flats = weight_buckets(policy.model, plan, dtype)

@@ -19,6 +19,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from functools import lru_cache
+from itertools import accumulate
 
 import judge
 from data import THINK_END, THINK_START
@@ -114,16 +115,14 @@ def literal(answer, canonical=True):
     if not numbers or any(kind == "op" for kind, _ in tokens):
         return None
     before = [kind for kind, _ in tokens[:numbers[-1]]]
-    if before[-1:] in (["number"], ["fraction"]) or before[-1:] == ["separator"] and len(before) > 1 and \
-            before[-2] in ("number", "fraction"):
-        return None  # a list: 5 6 7 8, 5, 6, 7, 8, 0 ... 100
+    if (before[:-1] if before[-1:] == ["separator"] else before)[-1:] in (["number"], ["fraction"]):
+        return None  # a list (a number before it, a separator between or not): 5 6 7 8, 5, 6, 7, 8, 0 ... 100
     kind, text = tokens[numbers[-1]]
     if kind == "number":
         return Fraction(text.replace(",", ""))
-    if "frac" in text:  # \frac{3}{4}, \frac34
-        parts = re.findall(r"\{\s*-?(\d+)\s*\}|(\d)", text.split("frac")[1])
-    else:  # 3/4
-        parts = re.findall(r"(\d+)()", text)
+    # \frac{3}{4}, \frac34; else 3/4
+    parts = (re.findall(r"\{\s*-?(\d+)\s*\}|(\d)", text.split("frac")[1]) if "frac" in text
+             else re.findall(r"(\d+)()", text))
     p, q = (int(a or b) for a, b in parts)
     sign = -1 if text.count("-") % 2 else 1
     lowest = q > 1 and Fraction(p, q).denominator == q
@@ -138,17 +137,13 @@ def numeric_gold(gold):
 
 def costly(answer):
     """An answer math-verify is not given: too long, nested too deep, a tower of powers or a huge number."""
-    depth = deepest = 0
-    for c in answer:
-        depth += (c in "([{") - (c in ")]}")
-        deepest = max(deepest, depth)
+    deepest = max(accumulate((c in "([{") - (c in ")]}") for c in answer), default=0)
     return len(answer) > LONGEST or deepest > DEEPEST or TOWER.search(answer) is not None
 
 
 def symbolic(answer):
-    """The one expression of a final answer, for math-verify: its $...$ (all alike) or all of it, decimals
-    written as the exact fractions they are (0.4999999 is not 1/2); None for two different ones, an 'or', or a
-    costly one."""
+    """The one expression of a final answer, for math-verify: its $...$ (all alike) or all of it, decimals as
+    exact fractions (0.4999999 is not 1/2); None for two different ones, an 'or', or a costly one."""
     spans = {"".join(m).strip() for m in MATH_SPAN.findall(answer)}
     expression = spans.pop() if len(spans) == 1 else None if spans else answer.strip()
     if expression is None or re.search(r"\bor\b", expression) or costly(expression):
@@ -179,8 +174,7 @@ class Verifier:
     """One math-verify worker process: an answer past its time (or one that kills it) is -1 and the worker
     killed; the next answer starts a fresh one (its ~1 s of imports not counted as the answer's)."""
 
-    def __init__(self):
-        self.proc = None
+    proc = None  # the worker process, started by the first answer
 
     def __call__(self, gold, expression, timeout):
         if self.proc is None:
@@ -264,8 +258,4 @@ def score(pairs, timeout=TIMEOUT):
     passed = judge.score_many(jobs)  # started: they run while the rest is scored
     others = _scorers.map(lambda pair: reward(*pair, timeout=timeout),
                           [pair for pair, program in zip(pairs, programs) if program is None])
-    rewards = []
-    for program in programs:
-        ok = next(passed) if program is not None else next(others) > 0
-        rewards.append(1.0 if ok else -1.0)
-    return rewards
+    return [next(others) if program is None else (1.0 if next(passed) else -1.0) for program in programs]

