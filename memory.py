@@ -1,5 +1,4 @@
-"""
-The memory plan per role from a model's config.json (README: "What fits"). Without the model:
+"""The memory plan per role from a model's config.json (README: "What fits"). Without the model:
 
     python memory.py --hidden_size=4096 --num_hidden_layers=36 --intermediate_size=12288 \\
         --vocab_size=151936 --num_attention_heads=32 --num_key_value_heads=8 --gpus=8 --n_samplers=6
@@ -64,13 +63,11 @@ def trainer_phases(shape, trainers, sharded, dtype_bytes, tokens, checkpoint, sy
     chunk, many = min(tokens, (1 << 26) // V) * V * 4, tokens > (1 << 26) // V
     # the head's gradient in the compute dtype; cpu: loss.head_weight's fp32 upcast of a bf16 head too
     grad = d * head
-    fp32_head = 4 * head if cpu and d < 4 else 0
     # in the head (loss._HeadLogprobs): a chunk's logits, turned into their gradient in place, and its bf16
     # cast; or autograd summing two chunks' gradients of the weight
-    head_backward = fp32_head + max(2 * chunk + many * grad, (1 + 2 * many) * grad + chunk)
+    head_backward = 4 * head * (cpu and d < 4) + max(2 * chunk + many * grad, (1 + 2 * many) * grad + chunk)
     # in a layer: its recompute (checkpointing) and its gradients
     layer_backward = d * head + tokens * ((per_layer if checkpoint else 0) + 2 * (H + I) * d)
-    work = f"Activation + Temp ({tokens:,} tokens)"
     knob = "micro_batch_tokens" + ("" if checkpoint else " or checkpoint_activations=True")
 
     # the backward in the head or in a layer, with FSDP2's buffers: the root gathered in the compute
@@ -80,7 +77,7 @@ def trainer_phases(shape, trainers, sharded, dtype_bytes, tokens, checkpoint, sy
         one = "(one decoder layer)"
         gathered = [("Unsharded Param", d * (root + layers * layer), "weight tying or a smaller vocabulary"),
                     ("All Gather", d * layer, one)] + [("Reduce Scatter", 4 * layer, one)] * layers
-        return held + (gathered if sharded else []) + [(work, saved + temp, knob)]
+        return held + gathered * sharded + [(f"Activation + Temp ({tokens:,} tokens)", saved + temp, knob)]
 
     return dict(backward=max(peak(0, head_backward), peak(1, layer_backward), key=total), step=step)
 
@@ -148,8 +145,7 @@ def check(roles, gpu_bytes, one_gpu):
 
 
 def plan_run(path, layout, config, max_len):
-    """The plan of train.py's `config` for the model at `path` and this layout, printed on rank 0, with a
-    WARNING when sampler_slots exceed what the planned KV cache holds -> check()'s verdict on CUDA."""
+    """Print the plan on rank 0, warn if sampler_slots outgrow its KV cache -> check()'s verdict on CUDA."""
     from transformers import AutoConfig
     gpu = torch.cuda.get_device_properties(layout.device).total_memory if layout.device.type == "cuda" else 0
     one_gpu = layout.world == 1
@@ -162,10 +158,9 @@ def plan_run(path, layout, config, max_len):
     # sharded by FSDP2 when 2+ trainers sit beside sampler ranks (else data parallel)
     sharded = layout.trainers > 1 and layout.samplers > 0
     dtype_bytes = 2 if config["dtype"] == "bfloat16" else 4
-    bucket = config["weight_bucket_mb"] << 20
-    cpu = layout.device.type == "cpu"
     roles = plan(shape, layout.trainers, sharded, layout.samplers, one_gpu, dtype_bytes, tokens,
-                 config["checkpoint_activations"], max_len, share, bucket, gpu, True, cpu, expected)
+                 config["checkpoint_activations"], max_len, share, config["weight_bucket_mb"] << 20, gpu,
+                 cpu=layout.device.type == "cpu", expected_len=expected)
     warning = share and slots_warning(kv_cache(shape, share, gpu)[1], expected, config["sampler_slots"])
     if layout.rank == 0:
         print(describe(roles, gpu or None) + (f"\n{warning}" if warning else ""), flush=True)
@@ -186,6 +181,4 @@ if __name__ == "__main__":
                  args["micro_batch_tokens"], True, args["max_len"], 0.4 if one_gpu else 0.85, 1 << 30,
                  gpu, args["sync_every"], expected_len=args["expected_len"] or args["max_len"])
     print(f"{shape.params / 1e9:.2f}B parameters, {gpus} GPU(s) of {gpu / GiB:.0f} GiB, "
-          f"{samplers} sampler(s)")
-    print(describe(roles, gpu))
-    print(check(roles, gpu, one_gpu) or "fits")
+          f"{samplers} sampler(s)", describe(roles, gpu), check(roles, gpu, one_gpu) or "fits", sep="\n")
