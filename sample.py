@@ -7,6 +7,7 @@ full distribution: CISPO's denominator), the policy version that made it and a p
     .pop_finished() -> [Group]      the groups whose n completions all ended, once each
     .update_weights(named, version) between two steps: running sequences go on on their stale KV cache
 """
+import functools
 import inspect
 import math
 import os
@@ -166,12 +167,16 @@ class GrowingLayer(DynamicLayer):
         return self.keys, self.values
 
 
+@functools.cache
+def _cache_kwarg(model_class):  # once per class, not once per decode step
+    """transformers 5.24 renamed the forward kwarg past_key_values -> cache; 5.19 knows only the old one."""
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
 def forward_with_cache(model, input_ids, cache, attention_mask=None, position_ids=None):
     """(B, t) ids on top of `cache` (extended in place) -> (B, t, H) final hidden states."""
-    # transformers 5.24 renamed the forward kwarg past_key_values -> cache; 5.19 knows only the old one
-    name = "cache" if "cache" in inspect.signature(model.base_model.forward).parameters else "past_key_values"
     return model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                            use_cache=True, **{name: cache}).last_hidden_state
+                            use_cache=True, **{_cache_kwarg(type(model.base_model)): cache}).last_hidden_state
 
 
 class TorchSampler(Sampler):
