@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 @contextmanager
 def _bf16_products():
-    """CPU: oneDNN runs fp32 matmuls on bf16 operands, summing in fp32 (exact for bf16 values): torch 2.13's
-    one CPU route to fp32 logits at bf16 speed (torch.mm(..., out_dtype=float32) is CUDA-only)."""
+    """CPU: oneDNN runs fp32 matmuls on bf16 operands, summing in fp32 (exact for bf16 values)."""
+    # torch 2.13's one CPU route to fp32 logits at bf16 speed (torch.mm(..., out_dtype=float32) is CUDA-only)
     before = torch.backends.mkldnn.matmul.fp32_precision
     torch.backends.mkldnn.matmul.fp32_precision = "bf16"
     try:
@@ -42,10 +42,10 @@ def head_weight(model, fp32_head=True):
 
 
 def _head(hidden, weight, weight32, bias, temperature, fp32_head=True):
-    """(n, H) final hidden states -> (n, V) fp32 logits / temperature. FP32 head (ScaleRL sec. 3.3): an fp32
-    weight in IEEE fp32; a bf16 one as the exact products of its bf16 operands summed in fp32 (vLLM's
-    head_dtype=float32 on tensor cores): torch.mm(..., out_dtype=float32) on GPUs, oneDNN on weight32 (its
-    fp32 upcast) on CPUs. fp32_head=False, the ablation: logits rounded to the weight's dtype."""
+    """(n, H) final hidden states -> (n, V) fp32 logits / temperature (the FP32 head, ScaleRL sec. 3.3)."""
+    # An fp32 weight in IEEE fp32; a bf16 one as the exact products of its bf16 operands summed in fp32
+    # (vLLM's head_dtype=float32 on tensor cores): torch.mm(..., out_dtype=float32) on GPUs, oneDNN on
+    # weight32 (its fp32 upcast) on CPUs. fp32_head=False, the ablation: logits rounded to the weight's dtype
     if not fp32_head:
         return F.linear(hidden.to(weight.dtype), weight, bias).float() / temperature
     if weight.dtype == torch.float32:
@@ -60,9 +60,9 @@ def _head(hidden, weight, weight32, bias, temperature, fp32_head=True):
 
 
 def lm_head_logits(model, hidden, temperature=1.0, fp32_head=True, weight=None):
-    """(..., H) final hidden states -> (..., V) fp32 logits / temperature, without gradient (the trainer's
-    go through _HeadLogprobs); weight: head_weight(model, fp32_head), if already cast. The FP32 head removed
-    most of the paper's generator/trainer mismatch (A 0.52 -> 0.61)."""
+    """(..., H) final hidden states -> (..., V) fp32 logits / temperature, without gradient."""
+    # the trainer's logits go through _HeadLogprobs; weight: head_weight(model, fp32_head), if already cast.
+    # The FP32 head removed most of the paper's generator/trainer mismatch (A 0.52 -> 0.61)
     head = model.get_output_embeddings()
     weight = head_weight(model, fp32_head) if weight is None else weight
     upcast = weight if weight.dtype != head.weight.dtype else None  # CPU: a bf16 head's fp32 copy
@@ -73,12 +73,13 @@ def lm_head_logits(model, hidden, temperature=1.0, fp32_head=True, weight=None):
 
 
 class _HeadLogprobs(torch.autograd.Function):
-    """A chunk's (n,) log p(target) from its (n, H) final hidden states through the head, never an (n, V)
-    log-softmax, and with_entropy the (n,) entropy lse - sum(p * logit) (no gradient), in one pass over the
-    logits each way: the forward keeps none and the backward recomputes them (as activation checkpointing
-    would) into softmax - one-hot, in place. Its matmuls take the gradient in the head's dtype: a bf16
-    model's as bf16 operands with fp32 accumulation, as in its body's backward (so autograd sums the weight's
-    gradient over a micro-batch's chunks in bf16: measured, 37 chunks, 0.7% relative error)."""
+    """A chunk's (n,) log p(target) from its (n, H) final hidden states through the head."""
+    # Never an (n, V) log-softmax; with_entropy the (n,) entropy lse - sum(p * logit) too (no gradient), in
+    # one pass over the logits each way: the forward keeps none and the backward recomputes them (as
+    # activation checkpointing would) into softmax - one-hot, in place. Its matmuls take the gradient in the
+    # head's dtype: a bf16 model's as bf16 operands with fp32 accumulation, as in its body's backward (so
+    # autograd sums the weight's gradient over a micro-batch's chunks in bf16: measured, 37 chunks, 0.7%
+    # relative error)
 
     @staticmethod
     def forward(ctx, hidden, weight, weight32, bias, targets, temperature, fp32_head, with_entropy):
@@ -107,9 +108,9 @@ class _HeadLogprobs(torch.autograd.Function):
 
 def token_logprobs(model, input_ids, temperature=1.0, fp32_head=True, attention_mask=None,
                    with_entropy=False, chunk_tokens=None):
-    """Log-probs of input_ids[:, 1:] under a transformers causal LM: (B, T) ids -> (B, T-1) fp32, and
-    with_entropy the policy's entropy at each position (no gradient: a diagnostic). The head runs over
-    chunks of positions (_HeadLogprobs): no (B, T, V) fp32 tensor is ever held (V = 152k for Qwen)."""
+    """Log-probs of input_ids[:, 1:] under a transformers causal LM: (B, T) ids -> (B, T-1) fp32."""
+    # with_entropy, the policy's entropy at each position too (no gradient: a diagnostic). The head runs over
+    # chunks of positions (_HeadLogprobs): no (B, T, V) fp32 tensor is ever held (V = 152k for Qwen)
     body = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
     B, T = input_ids.shape
     hidden = body.last_hidden_state[:, :-1].flatten(0, 1)  # (B*(T-1), H): the positions that predict a token
@@ -266,9 +267,9 @@ def merge_stats(stats_list, entropy_sum=0.0):
 
 @torch.no_grad()
 def sampler_mismatch(logprobs, behaviour_logprobs, mask):
-    """The generator/trainer numeric mismatch (what the FP32 head removes, ScaleRL sec. 3.3) on completions
-    one weights version sampled whole (validation's: no staleness) -> dict(lag0_tokens, logprob_mismatch_lag0:
-    mean |log pi - log pi_gen|, kl_lag0: the mean of rho - 1 - log rho)."""
+    """The generator/trainer numeric mismatch (what the FP32 head removes, ScaleRL sec. 3.3), at lag 0."""
+    # on completions that one version of the weights sampled whole (validation's: no staleness) ->
+    # dict(lag0_tokens, logprob_mismatch_lag0: mean |log pi - log pi_gen|, kl_lag0: mean rho - 1 - log rho)
     mask = mask.bool()
     log_ratio = torch.where(mask, logprobs - behaviour_logprobs, 0.0)  # (N, T); NaN (forced tokens) off mask
     n = max(int(mask.sum()), 1)

@@ -25,8 +25,8 @@ Policy = namedtuple("Policy", "model logprobs optimizer rank ranks sharded")
 
 
 def load_policy(path, device, rank, ranks, sharded, dtype, checkpoint_activations, resume, **adamw):
-    """The trainer's Policy from a Hugging Face directory (and its optimizer.pt when resuming). sharded:
-    FSDP2 over the `ranks` trainers (separate sampler ranks); otherwise every rank holds the whole model."""
+    """The trainer's Policy from a Hugging Face directory (and its optimizer.pt when resuming)."""
+    # sharded: FSDP2 over the `ranks` trainers (beside sampler ranks); otherwise every rank holds the model
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).train()
     if checkpoint_activations:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=dict(use_reentrant=False))
@@ -70,8 +70,8 @@ def sampler_module(policy, dtype):
 
 @torch.no_grad()
 def add_grads(model, compute):
-    """A micro-batch's gradients of the compute copy, added to the fp32 parameters' (summed in fp32),
-    through one scratch buffer: faster than a mixed-dtype add_ on a CPU (the same sums)."""
+    """A micro-batch's gradients of the compute copy, added to the fp32 parameters' (summed in fp32)."""
+    # through one scratch buffer: faster than a mixed-dtype add_ on a CPU (the same sums)
     if compute is model:
         return
     scratch = None
@@ -96,8 +96,8 @@ def copy_weights(model, compute):
 
 
 def sync_grads(model, n_trainers):
-    """Data parallel (plain modules): average the gradients over the trainers, one all-reduce of one flat
-    buffer. FSDP2 modules (DTensor gradients) reduce their own."""
+    """Data parallel (plain modules): average the trainers' gradients, one all-reduce of one buffer."""
+    # FSDP2 modules (DTensor gradients) reduce their own
     grads = [p.grad for p in model.parameters() if p.grad is not None and not hasattr(p.grad, "full_tensor")]
     if n_trainers == 1 or not grads:
         return
@@ -110,9 +110,10 @@ def sync_grads(model, n_trainers):
 
 
 def gather_to_master(param, dtype):
-    """A parameter's full tensor in `dtype` on trainer rank 0, None on the others. FSDP2 shards (DTensors
-    split in dim-0 chunks of ceil(n / T) rows, the last ones shorter or empty) are cast, padded to one
-    chunk and gathered straight into one buffer on rank 0 only: followers never hold a full tensor."""
+    """A parameter's full tensor in `dtype` on trainer rank 0, None on the others."""
+    # FSDP2 shards (DTensors split in dim-0 chunks of ceil(n / T) rows, the last ones shorter or empty) are
+    # cast, padded to one chunk and gathered straight into one buffer on rank 0 only: followers never hold a
+    # full tensor
     if not hasattr(param, "full_tensor"):
         return param.detach().to(dtype)  # one trainer, or data parallel: every rank holds it whole
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -127,8 +128,8 @@ def gather_to_master(param, dtype):
 
 
 def full_state(policy):
-    """Every trainer calls it (the gathers are collectives) -> the fp32 weights {name: CPU tensor} and the
-    full optimizer state on trainer rank 0; (None, None) on the others."""
+    """Every trainer calls it (gathers) -> rank 0: fp32 weights {name: CPU tensor}, full optimizer state."""
+    # (None, None) on the other ranks
     weights = {name: gather_to_master(p, torch.float32) for name, p in policy.model.named_parameters()}
     optimizer_state = get_optimizer_state_dict(policy.model, policy.optimizer, options=StateDictOptions(
         full_state_dict=True, cpu_offload=True))
@@ -142,9 +143,9 @@ def weight_plan(model, bucket_bytes, dtype):
 
 
 def weight_buckets(model, plan, dtype):
-    """Every trainer iterates it (the gathers are collectives) -> one flat `dtype` tensor per bucket on the
-    master, None elsewhere. Each tensor is packed into the bucket as its gather lands, so the master holds
-    at most the bucket and one gathered tensor (a bucket of one tensor is that tensor, not a copy)."""
+    """Every trainer iterates it (gathers) -> one flat `dtype` tensor a bucket on the master, else None."""
+    # each tensor is packed into the bucket as its gather lands, so the master holds at most the bucket and
+    # one gathered tensor (a bucket of one tensor is that tensor, not a copy)
     params = dict(model.named_parameters())
     for bucket in plan:
         flat, offset = None, 0
@@ -161,10 +162,10 @@ def weight_buckets(model, plan, dtype):
 
 
 def push_weights(policy, samplers, version, dtype, bucket_bytes):
-    """After a step, the new weights into every sampler, in flight (PipelineRL), in buckets cast to `dtype`:
-    to the sampler ranks, or into vLLM in this process; a torch sampler on the trainer's own module has
-    nothing to copy; a follower trainer (samplers None) joins the gathers only."""
-    # a torch sampler in this process may decode with the compute module or the fp32 one: nothing to copy
+    """After a step, the new weights into every sampler, in flight (PipelineRL), in `dtype` buckets."""
+    # to the sampler ranks, or into vLLM in this process; a torch sampler on the trainer's own module has
+    # nothing to copy; a follower trainer (samplers None) joins the gathers only a torch sampler in this
+    # process may decode with the compute module or the fp32 one: nothing to copy
     if any(getattr(samplers, "model", None) is m for m in (policy.logprobs.model, policy.model)):
         return samplers.update_weights(None, version)
     plan = weight_plan(policy.model, bucket_bytes, dtype)

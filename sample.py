@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from transformers import AttentionInterface
 from transformers.cache_utils import Cache, DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from loss import head_weight, lm_head_logits
 
@@ -179,12 +182,51 @@ def forward_with_cache(model, input_ids, cache, attention_mask=None, position_id
                             use_cache=True, **{_cache_kwarg(type(model.base_model)): cache}).last_hidden_state
 
 
+def decode_attention(module, query, key, value, attention_mask, **kwargs):
+    """transformers' sdpa attention; a decode step's query heads grouped by the KV head they read."""
+    # (B, heads, 1, D) queries -> (B, kv_heads, heads / kv_heads, D): a group stands where positions would,
+    # against the cache as it is, (B, kv_heads, T, D), which sdpa copies once per query head. The same sums;
+    # Qwen2.5-0.5B, 64 rows, bf16, 2 CPU cores: 0.8 ms a layer against 9 (the decode step 2x faster)
+    B, heads, length, D = query.shape
+    if length > 1:  # a prefill, or the trainer sharing this module: sdpa itself
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    grouped = query.reshape(B, key.shape[1], heads // key.shape[1], D)
+    # attention_mask: (B, 1, 1, T) or None; one query a row, so nothing causal to mask
+    out = F.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask,
+                                         scale=kwargs.get("scaling"))
+    return out.reshape(B, 1, heads, D), None  # (B, 1, heads, D), as sdpa_attention_forward returns it
+
+
+AttentionInterface.register("sdpa_decode", decode_attention)
+AttentionMaskInterface.register("sdpa_decode", sdpa_mask)  # its masks are sdpa's
+
+
+def sample_tokens(logprobs, generator, block=1024):
+    """(B, V) log-probs -> (B, 1) tokens, inverse CDF: a block of entries by its mass, then a token of it."""
+    # p(block) x p(token) / p(block) = p(token), from two uniforms a row, where torch.multinomial draws an
+    # exponential per entry (a quarter of a Qwen decode step on 2 CPU cores: 152k entries a row) and a cumsum
+    # of the whole row in fp64 costs a sixth; a block's mass is summed in fp32 (relative error ~1e-6)
+    probs = logprobs.exp()
+    V = probs.shape[1]
+    masses = torch.stack([probs[:, i:i + block].sum(-1) for i in range(0, V, block)], 1)  # (B, blocks)
+    u = torch.rand(len(probs), 2, dtype=torch.float64, device=probs.device, generator=generator)
+
+    def draw(weights, u):  # the first entry whose CDF (fp64) passes u x the total
+        cdf = weights.cumsum(-1, dtype=torch.float64)
+        return torch.searchsorted(cdf, u[:, None] * cdf[:, -1:], right=True).clamp_(max=cdf.shape[1] - 1)
+    index = draw(masses, u[:, 0]) * block + torch.arange(block, device=probs.device)  # (B, block)
+    entries = probs.gather(1, index.clamp(max=V - 1)) * (index < V)  # a ragged last block's overhang weighs 0
+    return index.gather(1, draw(entries, u[:, 1]))  # (B, 1)
+
+
 class TorchSampler(Sampler):
     """A running sequence is a row of one batched KV cache, aligned right (position_ids keep RoPE right)."""
 
     def __init__(self, model, **knobs):
         super().__init__(**knobs)
         self.model = model
+        if model.config._attn_implementation == "sdpa":  # decode with grouped queries (prefills: sdpa itself)
+            model.set_attn_implementation("sdpa_decode")
         self.device = next(model.parameters()).device
         self.generator = torch.Generator(self.device).manual_seed(self.seed)
         self.rows = []  # running _Seq, one per cache row
@@ -225,7 +267,7 @@ class TorchSampler(Sampler):
         self.head = head_weight(self.model, self.fp32_head) if self.head is None else self.head
         logits = lm_head_logits(self.model, hidden, self.temperature, self.fp32_head, self.head)
         logprobs = torch.log_softmax(logits, -1)
-        sampled = torch.multinomial(logprobs.exp(), 1, generator=self.generator)  # (B, 1)
+        sampled = sample_tokens(logprobs, self.generator)  # (B, 1)
         sampled_logprobs = logprobs.gather(1, sampled)[:, 0].tolist()  # CPU-GPU sync, once per step
         n = sum(not s.forced for s in self.rows)
         for seq, token, logprob in zip(self.rows, sampled[:, 0].tolist(), sampled_logprobs):

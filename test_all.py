@@ -1823,6 +1823,42 @@ def test_torch_sampler_is_deterministic_given_a_seed(tiny_qwen):
     assert tokens(0) == tokens(0) != tokens(1)
 
 
+@pytest.mark.parametrize("block", [3, 7, 16])  # a ragged tail block of one entry; blocks that divide V; one block
+def test_sample_tokens_draws_each_token_with_its_probability_and_never_an_impossible_one(block):
+    from sample import sample_tokens
+    probs = torch.tensor([0.10, 0.0, 0.25, 0.05, 0.30, 0.0, 0.30])
+    generator = torch.Generator().manual_seed(0)
+    draws = torch.cat([sample_tokens(probs.log().expand(4000, 7), generator, block) for _ in range(10)])  # (40000, 1)
+    share = torch.bincount(draws[:, 0], minlength=7) / draws.numel()
+    assert share[1] == share[5] == 0  # probability 0: never, wherever its block lies
+    assert (share - probs).abs().max() < 0.01, share  # 4 standard errors at 40,000 draws
+    sure = torch.full((2, 7), -math.inf)
+    sure[0, 6], sure[1, 0] = 0.0, 0.0  # certain tokens, in the tail block and in the first
+    assert sample_tokens(sure, generator, block)[:, 0].tolist() == [6, 0]
+
+
+def test_decode_attention_groups_the_query_heads_of_a_kv_head_and_sums_as_sdpa_does():
+    """A decode step (one query a row) reads the cache as it is, the 3 query heads of each KV head standing where
+    positions would; sdpa repeats the cache per query head. Same sums; prefills go to sdpa itself."""
+    from types import SimpleNamespace
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from sample import decode_attention
+    torch.manual_seed(0)
+    module = SimpleNamespace(num_key_value_groups=3, is_causal=True)
+    key, value = torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)  # (B, kv_heads, T, D)
+    mask = torch.tensor([[False, False, True, True, True], [True] * 5])[:, None, None, :]  # row 0 left-padded
+    query = torch.randn(2, 6, 1, 8)  # (B, heads, 1, D)
+    got, _ = decode_attention(module, query, key, value, mask, scaling=0.3)
+    want, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.3)
+    assert got.shape == want.shape == (2, 1, 6, 8) and (got - want).abs().max() < 1e-6
+    # by hand: query head 4 reads KV head 1 (heads 3, 4, 5 share it); row 0 sees columns 2..4 only
+    weights = torch.softmax(0.3 * key[0, 1, 2:] @ query[0, 4, 0], 0)
+    assert (got[0, 0, 4] - weights @ value[0, 1, 2:]).abs().max() < 1e-6
+    prefill = torch.randn(2, 6, 5, 8)
+    assert torch.equal(decode_attention(module, prefill, key, value, None)[0],
+                       sdpa_attention_forward(module, prefill, key, value, None)[0])
+
+
 # =============================================================================
 # 7. policy.py
 
