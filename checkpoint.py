@@ -75,9 +75,10 @@ def log_step(log, row, t_start):
 
 
 def open_run(out_dir, config, layout, n_params, isolation, logged):
-    """The master's config.json and log.jsonl (mirrored to Weights & Biases with wandb_log). A new run writes
-    the header: the config, the model's size and, with code rewards, the sandbox's isolation (printed too); a
-    resumed one rewrites its rows `logged` (the lines after its checkpoint are a crash's leftovers)."""
+    """The master's config.json and log.jsonl (mirrored to Weights & Biases with wandb_log)."""
+    # A new run writes the header: the config, the model's size and, with code rewards, the sandbox's
+    # isolation (printed too); a resumed one rewrites its rows `logged` (the lines after its checkpoint are a
+    # crash's leftovers)
     header = dict(config=config, n_params=n_params, world=layout.world)
     if isolation:  # the isolation code rewards run under
         header["sandbox"] = isolation

@@ -1823,6 +1823,26 @@ def test_torch_sampler_is_deterministic_given_a_seed(tiny_qwen):
     assert tokens(0) == tokens(0) != tokens(1)
 
 
+def test_ended_rows_wait_in_the_cache_until_an_eighth_of_the_slots_ended_and_decode_nothing(tiny_qwen):
+    """Dropping rows rebuilds the whole KV cache, so a sampler of 16 slots drops ended rows two at a time; an
+    ended row decodes on into nothing meanwhile: no token after its end, every log-prob still the trainer's."""
+    from sample import TorchSampler
+    model = load_tiny_qwen(tiny_qwen)
+    sampler = TorchSampler(model, **sampler_knobs(tiny_qwen, max_seqs=16))
+    for i, prompt in enumerate(tiny_qwen["prompts"] * 3):
+        sampler.add(i, prompt, 4)
+    groups, waiting = [], 0
+    while sampler.num_unfinished:
+        sampler.step()
+        groups += sampler.pop_finished()
+        ended = sum(s.completion.finish_reason is not None for s in sampler.rows)
+        assert ended <= 1 and len(sampler.rows) <= 16  # two ended rows are dropped in the step that ends them
+        waiting += ended
+    assert waiting > 0 and sampler.rows == []  # a row did wait; the last ones were dropped with the rest
+    completions = [c for g in groups for c in g.completions]
+    assert len(completions) == 48 and all(tiny_qwen["eos"] not in c.token_ids[:-1] for c in completions)
+    assert max_policy_gap(model, groups, 0.8) < 1e-4
+
 @pytest.mark.parametrize("block", [3, 7, 16])  # a ragged tail block of one entry; blocks that divide V; one block
 def test_sample_tokens_draws_each_token_with_its_probability_and_never_an_impossible_one(block):
     from sample import sample_tokens
