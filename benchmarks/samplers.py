@@ -1,7 +1,8 @@
 """
-Benchmark (not a test): tokens/s of sample.TorchSampler, the same sampler's decode step as it was before the
-grouped decode attention and the inverse-CDF draw (TorchSampler-before), sample.VLLMSampler (when vLLM is installed)
-and transformers' model.generate, on one tiny random Qwen2 or a real model, side by side in one run, as ratios:
+Benchmark (not a test): tokens/s of sample.TorchSampler (torch), the same sampler with the decode step as it was
+before the grouped decode attention and the inverse-CDF draw (torch_before; every row runs to new_tokens, so the
+rule for dropping ended rows does not enter), sample.VLLMSampler (vllm, when vLLM is installed) and transformers'
+model.generate, on one tiny random Qwen2 or a real model, side by side in one run, as ratios:
 
     python benchmarks/samplers.py [--batch=64] [--new_tokens=64] [--prompt_len=16] [--repeats=3] [--device=cpu]
     python benchmarks/samplers.py --model_path=.cache/qwen_coder/model --dtype=bfloat16 --engines=torch,torch_before
