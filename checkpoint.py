@@ -106,11 +106,11 @@ def count(counters, step, stats, generated, n_params, started, cpu_start, world)
     generated, ~6N trained), the wall time of sampling and training since `started` (validation apart)."""
     counters["flops"] += 2 * n_params * generated + 6 * n_params * stats["trained_tokens"]
     counters["tokens"] += generated
-    counters["train_seconds"] += time.time() - started
+    elapsed = time.time() - started  # read once: gpu_hours and step_time agree, even across a preemption
+    counters["train_seconds"] += elapsed
     counters["cpu_seconds"] = time.process_time() - cpu_start  # validation included
     return dict(step=step, gpu_hours=counters["train_seconds"] * world / 3600, flops=counters["flops"],
-                tokens=counters["tokens"], cpu_seconds=counters["cpu_seconds"],
-                step_time=time.time() - started, **stats)
+                tokens=counters["tokens"], cpu_seconds=counters["cpu_seconds"], step_time=elapsed, **stats)
 
 
 def save_run(out_dir, policy, task, layout, curriculum, rollouts, state):
