@@ -226,16 +226,15 @@ LOSSES = dict(cispo=cispo, dapo=dapo, gspo=gspo, grpo=grpo)
 
 
 def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss_type="cispo", **knobs):
-    """Policy-gradient loss to minimise, and its diagnostics.
-
-    logprobs           (N, T) trainer log-probs of the sampled tokens (with grad)
-    behaviour_logprobs (N, T) the log-probs recorded when each token was sampled (pi_gen)
-    advantages         (N,)   one per completion
-    mask               (N, T) 1 where the policy chose the token (not padding, prompt, forced interruption)
-    weights            (N, T) aggregation weights from token_weights (zero where mask is zero)
-    loss_type, knobs   LOSSES' entry, and values by name (a config): each loss takes those it names
-    Returns (loss, stats); stats are detached sums and maxima over this (micro-)batch's unmasked
-    tokens, combined across micro-batches with merge_stats."""
+    """Policy-gradient loss to minimise, and its diagnostics -> (loss, stats)."""
+    # logprobs           (N, T) trainer log-probs of the sampled tokens (with grad)
+    # behaviour_logprobs (N, T) the log-probs recorded when each token was sampled (pi_gen)
+    # advantages         (N,)   one per completion
+    # mask               (N, T) 1 where the policy chose the token (not padding, prompt, forced interruption)
+    # weights            (N, T) aggregation weights from token_weights (zero where mask is zero)
+    # loss_type, knobs   LOSSES' entry, and values by name (a config): each loss takes those it names
+    # stats are detached sums and maxima over this (micro-)batch's unmasked tokens, combined across
+    # micro-batches with merge_stats
     assert logprobs.shape == behaviour_logprobs.shape == mask.shape == weights.shape, \
         (logprobs.shape, behaviour_logprobs.shape, mask.shape, weights.shape)
     assert logprobs.dtype == behaviour_logprobs.dtype == torch.float32, "log-probs must be fp32"

@@ -3,6 +3,7 @@
     python memory.py --hidden_size=4096 --num_hidden_layers=36 --intermediate_size=12288 \\
         --vocab_size=151936 --num_attention_heads=32 --num_key_value_heads=8 --gpus=8 --n_samplers=6
 """
+import os
 import sys
 from collections import namedtuple
 
@@ -89,9 +90,23 @@ def kv_cache(shape, vllm_share, gpu_bytes):
     return kv, kv / (2 * shape.layers * shape.kv_dim * 2)  # K and V of every layer, bf16
 
 
+def torch_sampler(shape, slots, max_len, dtype_bytes, fp32_head):
+    """The torch sampler in the trainer's process (a CPU rank) -> [(term, bytes, knob)], at its most."""
+    # its KV cache: `slots` rows (validation fills them all) of max_len columns, in GrowingLayer's room,
+    # which doubles (and _splice starts at twice the columns); the head loss.head_weight casts to fp32 once
+    # a version; a decode step's fp32 logits, their log-softmax and the draw's sums
+    kv = 2 * slots * max_len * shape.layers * shape.kv_dim * 2 * dtype_bytes
+    return [(f"KV cache ({slots} rows of {max_len} tokens, room to double)", kv, "sampler_slots"),
+            ("fp32 head", 4 * shape.vocab * shape.hidden * (fp32_head and dtype_bytes < 4), "fp32_head"),
+            ("a decode step's logits", 3 * 4 * slots * shape.vocab, "sampler_slots"),
+            ("Python, torch, transformers, the tokenizer", GiB // 2, "nothing")]
+
+
 def plan(shape, trainers, sharded, n_samplers, one_gpu, dtype_bytes, tokens_per_micro_batch, checkpoint,
-         max_len, vllm_share, bucket_bytes, gpu_bytes, sync_every=True, cpu=False, expected_len=None):
-    """-> {role: [(term, bytes, knob)]}: 'trainer', and 'sampler' or 'vLLM beside the trainer'."""
+         max_len, vllm_share, bucket_bytes, gpu_bytes, sync_every=True, cpu=False, expected_len=None,
+         torch_slots=0, fp32_head=True):
+    """-> {role: [(term, bytes, knob)]}: 'trainer', and 'sampler', 'vLLM beside the trainer' or torch's."""
+    # 'torch sampler beside the trainer': a CPU run's trainer module samples too, torch_slots rows at once
     # the trainer at the larger of its peaks; vLLM on a GPU of its own, or beside the trainer in one
     # process; gpu_bytes: the device's total memory
     roles = dict(trainer=max(trainer_phases(shape, trainers, sharded, dtype_bytes, tokens_per_micro_batch,
@@ -106,6 +121,9 @@ def plan(shape, trainers, sharded, n_samplers, one_gpu, dtype_bytes, tokens_per_
             (f"KV cache: {tokens / 1e3:,.0f}k tokens, {tokens / max_len:,.0f} sequences of "
              f"{max_len}, {slots_that_fit(tokens, expected)} of the expected {expected}", kv, knob),
             ("activations and graphs", 2 * GiB, knob)] + bucket
+    if torch_slots:
+        roles["torch sampler beside the trainer"] = torch_sampler(shape, torch_slots, max_len, dtype_bytes,
+                                                                  fp32_head)
     return roles
 
 
@@ -158,10 +176,18 @@ def plan_run(path, layout, config, max_len):
     # sharded by FSDP2 when 2+ trainers sit beside sampler ranks (else data parallel)
     sharded = layout.trainers > 1 and layout.samplers > 0
     dtype_bytes = 2 if config["dtype"] == "bfloat16" else 4
+    cpu = layout.device.type == "cpu"
+    torch_slots = cpu and config["sampler"] == "torch" and not layout.samplers and config["sampler_slots"]
     roles = plan(shape, layout.trainers, sharded, layout.samplers, one_gpu, dtype_bytes, tokens,
                  config["checkpoint_activations"], max_len, share, config["weight_bucket_mb"] << 20, gpu,
-                 cpu=layout.device.type == "cpu", expected_len=expected)
+                 cpu=cpu, expected_len=expected, torch_slots=torch_slots, fp32_head=config["fp32_head"])
     warning = share and slots_warning(kv_cache(shape, share, gpu)[1], expected, config["sampler_slots"])
+    # on a CPU: this process's plan for each of the machine's processes (a sampler rank's weights left out)
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    need = total(sum(roles.values(), [])) * int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if cpu and need > ram:  # the cache's room at its most: a warning, not a stop
+        warning = (f"WARNING: the plan needs {need / GiB:.1f} GiB of this machine's {ram / GiB:.1f} GiB: "
+                   f"fewer sampler_slots or a smaller micro_batch")
     if layout.rank == 0:
         print(describe(roles, gpu or None) + (f"\n{warning}" if warning else ""), flush=True)
     return check(roles, gpu, one_gpu) if gpu else None

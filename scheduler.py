@@ -4,17 +4,18 @@ ScaleRL's off-policy rule (train.py's loop drives it; test_all.py with fake samp
 
 
 class Rollouts:
-    """Hands prompts to the samplers and decides which finished groups train at which step. Every group gets
-    a ticket in hand-out order and remembers the policy version it was handed out under, v0: its tokens
-    come from versions >= v0, so trained at step s (the trainer holds version s) none lags more than s - v0.
-      PipelineRL-k (ScaleRL sec. 3.1): the samplers never idle, and a group must train by step v0 + k,
-        its deadline. A step takes the P oldest finished groups unless that would leave some untrained
-        group unable to meet its deadline (at P groups a step, the j-th earliest remaining deadline needs
-        step + 1 + j // P <= it): then it waits for the stragglers. Hand-outs stop at (k+1) P untrained
-        groups, which keeps every deadline reachable. So the lag never exceeds k, in any finishing order.
-      PPO-off-policy-k: k P prompts under one policy; once all are finished, k steps of P each (each
-        step normalises its advantages over its own P groups, not over the round's k P: ours).
-    Validation groups (prompt ids ("val", i)) share the samplers; collect() hands them back."""
+    """Hands prompts to the samplers and decides which finished groups train at which step."""
+    # Every group gets a ticket in hand-out order and remembers the policy version it was handed out under,
+    # v0: its tokens come from versions >= v0, so trained at step s (the trainer holds version s) none lags
+    # more than s - v0.
+    #   PipelineRL-k (ScaleRL sec. 3.1): the samplers never idle, and a group must train by step v0 + k,
+    #     its deadline. A step takes the P oldest finished groups unless that would leave some untrained
+    #     group unable to meet its deadline (at P groups a step, the j-th earliest remaining deadline needs
+    #     step + 1 + j // P <= it): then it waits for the stragglers. Hand-outs stop at (k+1) P untrained
+    #     groups, which keeps every deadline reachable. So the lag never exceeds k, in any finishing order.
+    #   PPO-off-policy-k: k P prompts under one policy; once all are finished, k steps of P each (each
+    #     step normalises its advantages over its own P groups, not over the round's k P: ours).
+    # Validation groups (prompt ids ("val", i)) share the samplers; collect() hands them back.
 
     def __init__(self, curriculum, prompts, group_size, batch_size, max_lag, mode, requeue=()):
         self.curriculum, self.prompts, self.group_size = curriculum, prompts, group_size

@@ -3166,6 +3166,57 @@ def test_sampler_slots_are_what_the_kv_cache_holds_at_the_expected_length_and_th
 
 
 GiB = 1 << 30
+QWEN25_05B_SHAPE = dict(hidden_size=896, num_hidden_layers=24, intermediate_size=4864, vocab_size=151936,
+                        num_attention_heads=14, num_key_value_heads=2, head_dim=64)  # untied, as the prepare writes it
+
+
+def test_a_cpu_plan_holds_the_torch_samplers_kv_cache_fp32_head_and_logits_beside_the_trainer():
+    # config/qwen_coder_cpu.py's run: 192 rows of 841 tokens; 24 layers of 2 KV heads of 64, bf16
+    shape = memory.shape_of(QWEN25_05B_SHAPE)
+    roles = memory.plan(shape, 1, False, 0, True, 2, 3364, False, 841, 0.0, GiB, 0, cpu=True, torch_slots=192)
+    terms = {t.split(" (")[0]: b for t, b, _ in roles["torch sampler beside the trainer"]}
+    assert terms == {"KV cache": 2 * 192 * 841 * 24 * 128 * 2 * 2,  # room to double: 3.70 GiB
+                     "fp32 head": 4 * 151936 * 896, "a decode step's logits": 3 * 4 * 192 * 151936,
+                     "Python, torch, transformers, the tokenizer": GiB // 2}
+    # the trainer's 18.1 GiB (which the run printed) and the sampler's 5.0: the run peaked at 22.7 GiB resident
+    assert memory.total(roles["trainer"]) / GiB == pytest.approx(18.1, abs=0.05)
+    assert memory.total(sum(roles.values(), [])) / GiB == pytest.approx(23.1, abs=0.05)
+    assert set(memory.plan(shape, 1, False, 0, True, 2, 3364, False, 841, 0.0, GiB, 0, cpu=True)) == {"trainer"}
+    fp32 = memory.plan(shape, 1, False, 0, True, 4, 3364, False, 841, 0.0, GiB, 0, cpu=True, torch_slots=192)
+    assert dict((t, b) for t, b, _ in fp32["torch sampler beside the trainer"])["fp32 head"] == 0  # the weight itself
+
+
+def test_a_cpu_plan_past_the_machines_memory_warns_and_names_the_knobs(tiny_qwen, capsys):
+    import types
+    layout = types.SimpleNamespace(device=torch.device("cpu"), world=1, trainers=1, samplers=0, rank=0)
+    config = {k: getattr(train, k) for k in train.config_keys}
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    # the tiny model's KV cache: 2 layers x 32 x K, V x fp32 = 512 bytes a token, room to double
+    for slots, warned in ((1280, False), (ram // (2 * 512 * 100) + 1, True)):
+        assert memory.plan_run(tiny_qwen["path"], layout, dict(config, sampler_slots=slots), 100) is None
+        out = capsys.readouterr().out
+        assert "memory plan, torch sampler beside the trainer: KV cache (" in out
+        assert ("WARNING: the plan needs" in out and "fewer sampler_slots or a smaller micro_batch" in out) == warned
+
+
+def test_the_torch_samplers_kv_cache_never_outgrows_the_plans_room(tiny_qwen):
+    """A sampler of 16 slots decoding 48 sequences to their budgets: its cache (every layer's room for keys
+    and values, as GrowingLayer allocates it) stays within the plan's term for 16 rows of max_len tokens."""
+    from sample import TorchSampler
+    sampler = TorchSampler(load_tiny_qwen(tiny_qwen), **sampler_knobs(tiny_qwen, max_seqs=16, temperature=2.0))
+    for i, prompt in enumerate(tiny_qwen["prompts"] * 3):
+        sampler.add(i, prompt, 4)
+    held = []
+    while sampler.num_unfinished:
+        sampler.step()
+        sampler.pop_finished()
+        held.append(sum(x.numel() * x.element_size() for layer in sampler.cache.layers if hasattr(layer, "room")
+                        for x in (layer.room, layer.room_values)))
+    max_len = max(map(len, tiny_qwen["prompts"])) + 10 + 6 + len(tiny_qwen["phrase"])  # think_budget (3, 10)
+    config = memory.shape_of(load_tiny_qwen(tiny_qwen).config)
+    planned = dict((t.split(" (")[0], b) for t, b, _ in memory.torch_sampler(config, 16, max_len, 4, True))
+    assert planned["KV cache"] == 2 * 16 * max_len * 2 * 32 * 2 * 4  # 2 layers of 1 KV head of 32, fp32
+    assert planned["KV cache"] / 4 < max(held) <= planned["KV cache"], (max(held), planned["KV cache"])
 
 
 def test_no_sync_holds_every_gradient_unsharded_in_fp32_on_every_trainer():
