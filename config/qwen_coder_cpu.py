@@ -17,8 +17,9 @@ prompts_per_step = 8
 samples_per_prompt = 8
 sampler_slots = 192             # three steps of completions decode at once: PipelineRL-2 trains on
 max_lag = 2                     # tokens a step or two old (the log's policy_lag_mean)
-micro_batch = 4                 # 4 rows of ~420 tokens: ~2 GiB of activations beside 12.5 GiB of weights,
-                                # gradients and AdamW
+micro_batch = 2                 # 2 rows of up to 841 tokens: the plan's 3.9 GiB of activations, beside 11.6 of
+                                # weights, gradients and AdamW and the sampler's 5.0: 20.7 GiB. (Steps 1-20 ran
+                                # 4 rows, planned 23.1 GiB, and peaked at 23.2 resident of this machine's 23.5)
 lr = 2e-6                       # constant after warm-up (paper: 5e-7 for 8B)
 warmup_steps = 5
 n_train = 0
