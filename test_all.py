@@ -3213,8 +3213,8 @@ def test_the_torch_samplers_kv_cache_never_outgrows_the_plans_room(tiny_qwen):
         held.append(sum(x.numel() * x.element_size() for layer in sampler.cache.layers if hasattr(layer, "room")
                         for x in (layer.room, layer.room_values)))
     max_len = max(map(len, tiny_qwen["prompts"])) + 10 + 6 + len(tiny_qwen["phrase"])  # think_budget (3, 10)
-    config = memory.shape_of(load_tiny_qwen(tiny_qwen).config)
-    planned = dict((t.split(" (")[0], b) for t, b, _ in memory.torch_sampler(config, 16, max_len, 4, True))
+    shape = memory.shape_of(load_tiny_qwen(tiny_qwen).config)
+    planned = dict((t.split(" (")[0], b) for t, b, _ in memory.torch_sampler(shape, 16, max_len, 4, True))
     assert planned["KV cache"] == 2 * 16 * max_len * 2 * 32 * 2 * 4  # 2 layers of 1 KV head of 32, fp32
     assert planned["KV cache"] / 4 < max(held) <= planned["KV cache"], (max(held), planned["KV cache"])
 
