@@ -1,0 +1,51 @@
+"""The maintainers' size check (issue 43), run by .ci/run beside the test command, never inside it: a fork
+that grows a module stays green under `pytest test_all.py` and meets this check only in our CI.
+
+Counts characters of code (indentation included; comments and blank lines free; docstrings count), so that
+wrapping a long line costs nothing: each top-level module at most MODULE characters, all of them (the core,
+test_all.py aside) at most CORE, and no code line over LONGEST characters.
+
+    python .ci/budget.py          # prints each module's figures; exits 1 naming what is over
+"""
+import io
+import os
+import sys
+import tokenize
+
+MODULE = 30_000   # characters of code in one top-level module
+CORE = 200_000    # ... in all of them together
+LONGEST = 110     # characters in one line of code (wrap at ~100: STYLE.md 16)
+SKIP = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+        tokenize.ENDMARKER)
+
+
+def code_lines(text):
+    """The lines of a module that hold code: docstrings count; comments and blank lines do not."""
+    lines = text.splitlines()
+    used = {n for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type not in SKIP
+            for n in range(t.start[0], t.end[0] + 1)}
+    return [lines[n - 1] for n in sorted(used) if n <= len(lines) and lines[n - 1].strip()]
+
+
+if __name__ == "__main__":
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    modules = sorted(f for f in os.listdir(repo) if f.endswith(".py") and f != "test_all.py")
+    over, total = [], 0
+    print(f"{'module':<18}{'lines':>7}{'chars':>9}{'>100':>6}{'>110':>6}")
+    for name in modules:
+        lines = code_lines(open(os.path.join(repo, name), encoding="utf-8").read())
+        chars = sum(len(line) for line in lines)
+        long = [n for n, line in enumerate(lines) if len(line) > 100]
+        longest = [line for line in lines if len(line) > LONGEST]
+        total += chars
+        print(f"{name:<18}{len(lines):>7}{chars:>9}{len(long):>6}{len(longest):>6}")
+        if chars > MODULE:
+            over.append(f"{name}: {chars} characters of code, over {MODULE}: split it by concept")
+        if longest:
+            over.append(f"{name}: {len(longest)} lines over {LONGEST} characters, e.g. {longest[0].strip()[:60]!r}")
+    print(f"{'core':<18}{'':>7}{total:>9}")
+    if total > CORE:
+        over.append(f"the core: {total} characters of code, over {CORE}")
+    for line in over:
+        print(f".ci/budget.py: {line}", file=sys.stderr)
+    sys.exit(1 if over else 0)
