@@ -10,12 +10,14 @@ thinking was opened and never closed.
 
     python benchmarks/rewards.py     # 256 adversarial answers and 256 honest ones, timed
 """
+import ast
 import json
 import queue
 import re
 import select
 import subprocess
 import sys
+import unicodedata
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from functools import lru_cache
@@ -24,7 +26,6 @@ from itertools import accumulate
 import judge
 from data import THINK_END, THINK_START
 
-TAIL = 400             # characters at the end of the scored text that hold the final answer (ours)
 LONGEST = 200          # a final answer longer than this is -1 before any parsing (ours)
 DEEPEST = 10           # ... and one nested deeper than this in brackets (ours)
 TIMEOUT = 2.0          # seconds math-verify may spend on one symbolic answer, in any thread (ours; train.py's
@@ -43,102 +44,191 @@ FENCE = re.compile(r"^```[ \t]*([\w+-]*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DO
 
 
 def extract_program(prompt, completion_text):
-    """The program of a code completion: the last ```python (```py, ```python3 or bare ```) block of its
-    final answer, fences on their own lines; None when there is none."""
-    answer = scored_text(prompt, completion_text)
-    languages = ("", "python", "py", "python3")
-    blocks = [body for lang, body in FENCE.findall(answer or "") if lang.lower() in languages]
+    """A code completion's program: the last fenced block of its final answer that is code, fences on
+    their own lines: labelled python (py, python3), or unlabelled and a Python program (not only values:
+    `[1, 2, 3]` or `True` below a program is its example output); None when there is none."""
+    def is_code(language, body):
+        if language.lower() in ("python", "py", "python3"):
+            return True
+        try:
+            return language == "" and not all(map(literal, ast.parse(body).body))
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return False
+    def literal(statement):  # output is a value: 6, [1, 2, 3], True, {'a': 1}
+        try:
+            return isinstance(statement, ast.Expr) and ast.literal_eval(statement.value) is not ...
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return False
+    blocks = [body for language, body in FENCE.findall(scored_text(prompt, completion_text) or "")
+              if is_code(language, body)]
     return blocks[-1] if blocks else None
 
 # -----------------------------------------------------------------------------
-# the final answer of a math completion, and a number it states
+# the final answer of a math completion: a small grammar (README states it)
+#
+#   answer     := the last \boxed{} (every box agreeing) | the clause after the last answer marker
+#                 | the last sentence holding a digit
+#   statement  := [working '='] prefix NUMBER suffix     (a chain counts from its last '=')
+#   prefix     := words and formatting: no number, no operator, no qualifier (more than, about, not)
+#   NUMBER     := sign digits[,ddd...][.digits][e±k] [scale word] | p/q in lowest terms | \frac{p}{q}
+#   suffix     := units (km/h, m^2, %, °, dollars): no number, no operator, no qualifier (or more)
+# One number in the answer's scope, and every later restatement (a short sentence or a marker clause
+# stating a number) states the same value; anything else is -1. Digits of any script, every dash and
+# minus, TeX and thin-space separators are read as one spelling first; the gold goes through the same.
 
-MARKER = re.compile(r"(?i)\b(?:final\s+)?answer\s*(?:is\s*:?|:|=)|####")
-SENTENCE_END = re.compile(r"(?<=[.!?])(?<!\.\.)\s+|\n+")  # not after an ellipsis
-HEDGE = re.compile(r"(?is)\d.*\bor\b.*\d")  # 'or' between numbers: 5 or 6, x = 5 or x = 6
+MARKER = re.compile(r"(?i)\b(?:final\s+)?answer\s*(?:(?:is|would\s+be|will\s+be|should\s+be)\s*:?|:|=)"
+                    r"|####")
+CLAUSE_END = re.compile(r"(?<=[.!?;])\s+(?=[^\W\d_])|\n")  # a sentence ends before a word, not '5 vs. 6'
 MATH_SPAN = re.compile(r"\$+([^$]+)\$+|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
-UNWRAP = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
-# formatting that is not the answer: \\$ and $, \\%, \\( \\) \\[ \\], \\left \\right, LaTeX spaces,
-# degrees, **bold**
-DROP = re.compile(r"\\[$%]|\$|\\[()\[\]]|\\left|\\right|\\[,;:! ]|\^\s*\{?\s*\\circ\s*\}?|°"
-                  r"|(?<!\w)\*\*(?=\S)|(?<=\S)\*\*(?!\w)")
-TOKEN = re.compile(r"""(?P<fraction>-?\\[dt]?frac\s*(?:\{\s*-?\d+\s*\}|\d)\s*(?:\{\s*\d+\s*\}|\d)
-                             |-?\d+\s*/\s*\d+(?!\.?\d))
-    |(?P<number>-?(?:\d{1,3}(?:,\d{3})+(?![,\d])|\d+)(?:\.\d+)?|-?\.\d+)
-    |(?P<equals>=)|(?P<op>(?<=\d)\s*x\s*(?=\d)|[-+*/^×÷·!<>|]|\\[a-zA-Z]+)|(?P<space>\s+)
-    |(?P<separator>\.{2,}|…|[,;&]|\b(?:or|and|to)\b)|(?P<word>[^\W\d_]+)|(?P<other>.)""", re.VERBOSE)
+UNWRAP = re.compile(r"\\(?:text|textbf|textrm|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
+SEPARATOR = re.compile(r"(?<=\d)(?:\{,\}|\\[,!;: ]|[\u2009\u202f\u00a0\u2007'])(?=\d{3}(?!\d))")
+FRAC = re.compile(r"(-?)\\[dt]?frac\s*(?:\{\s*(-?\d+)\s*\}|(\d))\s*(?:\{\s*(-?\d+)\s*\}|(\d))")
+# formatting that is not the answer: $ and \$, \( \) \[ \], \left \right, LaTeX spaces, degrees, braces, **bold**
+DROP = re.compile(r"\\\$|\$|\\[()\[\]]|\\left|\\right|\\[,;:! ]|\\q?quad|\^\s*\{?\s*\\circ\s*\}?|°|[{}]"
+                  r"|\*\*")
+TOKEN = re.compile(r"""(?P<ratio>-?\d+/-?\d+(?![\d.,/]))
+    |(?P<number>[-+]?(?:\d{1,3}(?:,\d{3})+(?![,\d])|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\d.]\d)|[-+]?\.\d+)
+    |(?P<equals>=)|(?P<power>\^\s*-?\d+)|(?P<op>[-+*/^×÷·⋅!<>~≈≤≥±|]|\\[a-zA-Z]+)
+    |(?P<word>[^\W\d_]+)|(?P<space>\s+)|(?P<other>.)""", re.VERBOSE)
+SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12,
+          "dozen": 12}
+# words that bound, approximate, negate or hedge the number beside them: not an exact answer
+QUALIFIERS = {"than", "least", "most", "more", "less", "fewer", "over", "under", "about", "around",
+              "approximately", "approx", "roughly", "nearly", "almost", "circa", "ca", "up", "or",
+              "not", "maybe", "perhaps", "probably", "possibly", "likely", "estimated", "ish"}
+SUPERSCRIPTS = str.maketrans({c: f"^{d}" for d, c in enumerate("⁰¹²³⁴⁵⁶⁷⁸⁹")} | {"⁻": "^-"})
 TOWER = re.compile(r"\^\s*(?:\{[^{}]*\^|\(?[\w.]+\)?\s*\^|\{?\s*\d{4,})|\*\*\s*\(?(?:[\w.]+\)?\s*\*\*|\d{4,})"
                    r"|\d{3,}\s*!|\d{25,}")
 # (10^{10^{10}}, 9^9^9, 9**9**9, 2**(2**64), 2^{1000}, 1000!, huge literals)
 
 
+def _ascii(c):
+    """A non-ASCII character as the grammar reads it: a digit of any script as 0-9, a dash or minus as '-',
+    a thin or no-break space as itself (a separator between digit groups), another space as ' '."""
+    if c.isdecimal():
+        return str(unicodedata.decimal(c))
+    if c == "\u2212" or unicodedata.category(c) == "Pd":
+        return "-"
+    return c if c in "\u2009\u202f\u00a0\u2007" or not c.isspace() else " "
+
+
+def normalise(text):
+    """One spelling of a final answer: ASCII digits and minus, thousands separators as ',', \\frac{p}{q} as
+    p/q, superscripts as ^k, \\text{} unwrapped, formatting dropped."""
+    text = re.sub(r"[^\x00-\x7f]", lambda m: _ascii(m[0]), text).translate(SUPERSCRIPTS)
+    text = SEPARATOR.sub(",", text)
+    text = re.sub(r"[\u2009\u202f\u00a0\u2007]", " ", text).replace("\\%", "%")
+    text = FRAC.sub(lambda m: f" {m[1]}{m[2] or m[3]}/{m[4] or m[5]} ", UNWRAP.sub(r" \1 ", text))
+    return DROP.sub(" ", UNWRAP.sub(r" \1 ", text))
+
+
+def _value(kind, text, canonical):
+    """A number token's exact value, or None (a ratio not in lowest terms, a runaway exponent)."""
+    if kind == "ratio":
+        p, q = (int(x) for x in text.split("/"))
+        lowest = q not in (0, 1, -1) and Fraction(p, q).denominator == abs(q)
+        return Fraction(p, q) if q and (lowest or not canonical) else None
+    mantissa, _, exponent = text.replace(",", "").lower().partition("e")
+    if len(mantissa) > 300 or abs(int(exponent or 0)) > 100:
+        return None
+    return Fraction(mantissa) * Fraction(10) ** int(exponent or 0)
+
+
+def statement(text, canonical=True):
+    """The one number a statement states (the grammar above), as a Fraction, else None."""
+    spaced = [(m.lastgroup, m[0]) for m in TOKEN.finditer(normalise(text))]
+    equals = [j for j, (kind, _) in enumerate(spaced) if kind == "equals"]
+    if equals:  # a chain: what its last '=' gives, after working of one chain (not x = 5 or x = 6)
+        working, link = spaced[:equals[-1]], spaced[(equals[-2] if equals[1:] else -1) + 1:equals[-1]]
+        if QUALIFIERS & {t.lower() for k, t in working if k == "word"} or ("other", ",") in link:
+            return None
+        spaced = spaced[equals[-1] + 1:]
+    # a sign glued to a term is an operation (x+1, 2-3); a letter glued to a number a product (2x)
+    for (a, x), (b, y) in zip([("space", "")] + spaced, spaced + [("space", "")]):
+        if b == "number" and y[0] in "+-" and a in ("word", "number", "ratio", "power") or \
+                a in ("number", "ratio") and b == "word" and len(y) == 1:
+            return None
+    tokens = [(kind, text) for kind, text in spaced if kind != "space"]
+    numbers = [i for i, (kind, _) in enumerate(tokens) if kind in ("number", "ratio")]
+    if len(numbers) != 1:
+        return None
+    i = numbers[0]
+    prefix, suffix = tokens[:i], tokens[i + 1:]
+    value = _value(*tokens[i], canonical)
+    if suffix and suffix[0][0] == "word" and suffix[0][1].lower() in SCALES:
+        value, suffix = value and value * SCALES[suffix[0][1].lower()], suffix[1:]
+    words = [text.lower() for kind, text in prefix[-2:] + suffix[:2] if kind == "word"]
+    if value is None or any(kind in ("op", "power") for kind, _ in prefix) or QUALIFIERS & set(words):
+        return None
+    for j, (kind, text) in enumerate(suffix):  # a unit's '/' and '^k' follow a word: km/h, m^2
+        after_word = j > 0 and suffix[j - 1][0] in ("word", "power")
+        if kind == "power" and not after_word or kind == "op" and not (text == "/" and after_word):
+            return None
+    return value
+
+
 def boxed(text):
-    """Every \\boxed{...} (or \\fbox{...}) in text, braces balanced; None for an unclosed one."""
-    found = []
+    """The outermost \\boxed{...} (or \\fbox{...}) of text that are not empty, braces balanced, a box
+    inside one unwrapped; -> ([contents], the text after the last); None for an unclosed one."""
+    found, end = [], 0
     for match in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
-        depth, start = 1, match.end()
-        for end in range(start, len(text)):
+        if match.start() < end:
+            continue  # inside the box before
+        depth = 1
+        for end in range(match.end(), len(text)):
             depth += {"{": 1, "}": -1}.get(text[end], 0)
             if depth == 0:
-                found.append(text[start:end])
                 break
         else:
-            found.append(None)
-    return found
+            return None, ""
+        found.append(re.sub(r"\\(?:boxed|fbox)\s*", "", text[match.end():end]))
+        end += 1
+    found = [box for box in found if box.strip("{} ")]  # '\boxed{}' (the instruction, echoed) is no answer
+    return found, text[end:] if found else ""
 
 
 def final_answer(text):
-    """-> (answer, where a hedge counts): the \\boxed{} of the text's tail (None when the boxes differ or one
-    is unclosed), else the last sentence holding a number (or the last one) after the last answer marker, or
-    of the tail. A hedge counts after the marker (so "5. Or 6." is one), else in that sentence."""
-    tail = text[-TAIL:].replace("\u2212", "-")  # the Unicode minus
-    boxes = boxed(tail)
+    """-> (the answer's text, the boxes' texts, the text after it), (None, [], "") for an unclosed box:
+    the grammar's first line."""
+    boxes, after = boxed(text)
+    if boxes is None:
+        return None, [], ""
     if boxes:
-        one = None not in boxes and len({re.sub(r"\s+", "", b) for b in boxes}) == 1
-        return (boxes[-1] if one else None), boxes[-1] or ""
-    markers = list(MARKER.finditer(tail))
-    region = tail[markers[-1].end():] if markers else tail
-    sentences = [s for s in SENTENCE_END.split(region) if s.strip()] or [""]
-    last = [s for s in sentences if re.search(r"\d", s)][-1:] or sentences[-1:]
-    return last[0], region if markers else last[0]
+        return boxes[-1], boxes, after
+    markers = list(MARKER.finditer(text))
+    if markers:  # the clause after the last marker
+        clause, *after = CLAUSE_END.split(text[markers[-1].end():].lstrip(), 1)
+        return clause, [], "".join(after)
+    sentences = CLAUSE_END.split(text)
+    return ([s for s in sentences if re.search(r"\d", s)] or sentences)[-1], [], ""
 
 
-def literal(answer, canonical=True):
-    """The one number a final answer states, as a Fraction, else None: an operation left in it (after the
-    last '=' of a chain), a list, or no number. canonical: fractions in lowest terms only (12/2 is not 6)."""
-    tokens = [(m.lastgroup, m.group()) for m in TOKEN.finditer(DROP.sub(" ", UNWRAP.sub(r" \1 ", answer)))]
-    kinds = [kind for kind, _ in tokens]
-    if "equals" in kinds:  # a chain: what its last '=' gives
-        tokens = tokens[len(kinds) - kinds[::-1].index("equals"):]
-    tokens = [(kind, text) for kind, text in tokens if kind != "space"]
-    numbers = [i for i, (kind, _) in enumerate(tokens) if kind in ("number", "fraction")]
-    if not numbers or any(kind == "op" for kind, _ in tokens):
-        return None
-    before = [kind for kind, _ in tokens[:numbers[-1]]]
-    if (before[:-1] if before[-1:] == ["separator"] else before)[-1:] in (["number"], ["fraction"]):
-        return None  # a list (a number before it, a separator between or not): 5 6 7 8, 5, 6, 7, 8, 0 ... 100
-    kind, text = tokens[numbers[-1]]
-    if kind == "number":
-        return Fraction(text.replace(",", ""))
-    # \frac{3}{4}, \frac34; else 3/4
-    parts = (re.findall(r"\{\s*-?(\d+)\s*\}|(\d)", text.split("frac")[1]) if "frac" in text
-             else re.findall(r"(\d+)()", text))
-    p, q = (int(a or b) for a, b in parts)
-    sign = -1 if text.count("-") % 2 else 1
-    lowest = q > 1 and Fraction(p, q).denominator == q
-    return Fraction(sign * p, q) if q and (lowest or not canonical) else None
+def restates(after, value):
+    """True when nothing after the answer states another value: no short clause (one number and at most
+    two words, in any language: 'or 6', 'not 5', 'So 72.') and no marker clause states a different one.
+    Working and checking (more words, or several numbers) are not statements."""
+    for clause in CLAUSE_END.split(after):
+        marked = MARKER.split(clause)[-1]
+        kinds = [m.lastgroup for m in TOKEN.finditer(normalise(marked))]
+        short = MARKER.search(clause) or kinds.count("word") <= 2
+        if short and kinds.count("number") + kinds.count("ratio") == 1 and statement(marked) != value:
+            return False
+    return True
 
 
 @lru_cache(maxsize=100_000)
 def numeric_gold(gold):
-    """The gold answer's number if it is a literal (18, 1,000, $5, 42%, 0.5, \\frac{1}{2}), else None."""
-    return literal(gold.replace("\u2212", "-"), canonical=False)
+    """The gold answer's number if it is one (18, 1,000, 10{,}000, $5, 42%, 0.5, \\frac{1}{2}), else None."""
+    return statement(gold, canonical=False)
 
 
 def costly(answer):
     """An answer math-verify is not given: too long, nested too deep, a tower of powers or a huge number."""
     deepest = max(accumulate((c in "([{") - (c in ")]}") for c in answer), default=0)
     return len(answer) > LONGEST or deepest > DEEPEST or TOWER.search(answer) is not None
+
+
+HEDGE = re.compile(r"(?is)\d.*\bor\b.*\d")  # a symbolic answer's 'or' between numbers
 
 
 def symbolic(answer):
@@ -222,12 +312,17 @@ def verified(gold, expression, timeout):
 # rewards
 
 def math_reward(gold, text, timeout=TIMEOUT):
-    """+1.0 | -1.0 for the scored text of a math completion (the module docstring gives the rules)."""
-    answer, hedge_region = final_answer(text)
-    if answer is None or HEDGE.search(hedge_region):
+    """+1.0 | -1.0 for the scored text of a math completion: numeric gold by the grammar above, exactly;
+    symbolic gold by math-verify on the one expression of the answer."""
+    answer, boxes, after = final_answer(text)
+    if answer is None:
         return -1.0
     if (value := numeric_gold(gold)) is not None:
-        return 1.0 if literal(answer) == value else -1.0
+        stated = [statement(box) for box in boxes] or [statement(answer)]
+        one = stated[-1] is not None and len(set(stated)) == 1 and restates(after, stated[-1])
+        return 1.0 if one and stated[-1] == value else -1.0
+    if len({re.sub(r"\s+", "", box) for box in boxes}) > 1 or HEDGE.search(answer):
+        return -1.0
     expression = symbolic(answer)
     return 1.0 if expression is not None and verified(gold, expression, timeout) else -1.0
 

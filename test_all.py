@@ -1335,7 +1335,7 @@ MATH_TABLE = [
     ("72", "She sold 72 clips altogether in April and May.", 1), ("1000", "$1,000", 1), ("1000", "1000 dollars", 1),
     ("1000", "\\boxed{\\$1,000}", 1), ("6", "6.0", 1), ("0.5", "0.50", 1), ("0.5", "$\\frac{1}{2}$", 1),
     ("-3", "-3", 1), ("-3", "\u22123", 1), ("42", "42%", 1), ("42%", "42", 1), ("18", "The answer is: $18.", 1),
-    ("56", "The answer is 5. Actually 56.", 1), ("3/4", "\\boxed{\\dfrac{3}{4}}", 1), ("0.75", "3/4", 1),
+    ("56", "The answer is 5. Actually 56.", -1), ("3/4", "\\boxed{\\dfrac{3}{4}}", 1), ("0.75", "3/4", 1),
     ("12", "\\boxed{12} (twelve)", 1), ("90", "90^\\circ", 1), ("5", "\\text{5 apples}", 1),
     # numeric gold: unevaluated arithmetic
     ("6", "12/2", -1), ("12", "3*4", -1), ("4", "2+2", -1), ("6", "(3+3)", -1), ("6", "6/1", -1),
@@ -1357,12 +1357,56 @@ MATH_TABLE = [
     ("2\\sqrt{3}", "\\boxed{9**9**9**9}", -1), ("2\\sqrt{3}", "\\boxed{10^{10^{10^{10}}}}", -1),
     ("2\\sqrt{3}", "\\boxed{2**(2**64)}", -1), ("2\\sqrt{3}", "\\boxed{" + "(" * 2000 + "1" + ")" * 2000 + "}", -1),
     ("2\\sqrt{3}", "\\boxed{2^{1000}}", -1), ("2\\sqrt{3}", "\\boxed{1000!}", -1),
-    # the last few hundred characters hold the answer: a box far before them does not count
-    ("7", "\\boxed{7}" + " and so on" * 60, -1),
+    # the answer after a marker is its clause: a later restatement of another value is a second answer
+    ("6", "The answer is 6. Or 5.", -1), ("72", "\\boxed{72}. So 72.", 1),
 ]
 
 
-@pytest.mark.parametrize("gold, answer, expected", MATH_TABLE)
+# the grammar of a final answer (rewards.py), class by class: fresh cases beside those above
+GRAMMAR_TABLE = [
+    # the last number of a sentence is not its answer: a second number, a bound, a time or a ratio
+    ("5", "The answer is 6, not 5.", -1), ("5", "It is 7 and not 5", -1), ("4", "The answer is 9 (not 4).", -1),
+    ("5", "more than 5", -1), ("10", "at least 10 apples", -1), ("3", "fewer than 3", -1), ("20", "about 20", -1),
+    ("20", "approximately 20 km", -1), ("8", "up to 8", -1), ("12", "12 or more", -1), ("50", "nearly 50%", -1),
+    ("12", "The answer is at most 12.", -1), ("9", "\\boxed{\\approx 9}", -1), ("9", "\\boxed{\\geq 9}", -1),
+    ("9", "The answer is < 9", -1), ("5", "The answer is not 5.", -1), ("30", "arrives at 6:30", -1),
+    ("45", "The answer is 3:45 pm", -1), ("2", "a ratio of 3:2", -1), ("2", "\\boxed{3:2}", -1),
+    ("15", "At 10:15.", -1), ("2026", "on 12/25/2026", -1),
+    # scale and notation evaluated exactly, never truncated
+    ("3", "1e3", -1), ("1000", "1e3", 1), ("2", "2.5E2", -1), ("250", "\\boxed{2.5E2}", 1), ("6", "6 thousand", -1),
+    ("6000", "6 thousand", 1), ("2", "2 million dollars", -1), ("2000000", "2 million dollars", 1),
+    ("1500", "The answer is 1.5 thousand.", 1), ("5", "5 dozen", -1), ("60", "5 dozen", 1), ("1", "1e999999999", -1),
+    # signs in any dash, powers written as superscripts
+    ("6", "\u20136", -1), ("-6", "\u20136", 1), ("6", "\ufe636", -1), ("-6", "\uff0d6", 1), ("6", "\u20126", -1),
+    ("-6", "\\boxed{-6}", 1), ("-6", "The answer is \u22126.", 1), ("2", "2\u2076", -1), ("64", "2\u2076", -1),
+    ("3", "3\u00b2", -1), ("10", "10^{2}", -1), ("5", "5!", -1), ("1", "x+1", -1), ("2", "\\boxed{2x}", -1),
+    # hedges in any notation or language: two numbers in the answer's scope
+    ("5", "5~6", -1), ("5", "5 vs. 6", -1), ("6", "5 vs 6", -1), ("5", "5 oder 6", -1), ("5", "5 ou 6", -1),
+    ("5", "5 o 6", -1), ("5", "5 \u6216 6", -1), ("5", "5 \u0438\u043b\u0438 6", -1), ("5", "\\boxed{5 \\text{ or } 6}", -1),
+    ("5", "5\u20136", -1), ("5", "\\boxed{5}, \\boxed{6}", -1), ("5", "5; 6", -1), ("5", "either 5 or 6", -1),
+    ("6", "5 (or 6)", -1), ("5", "\\boxed{5} or 6", -1), ("5", "\\boxed{5}. Or maybe 6.", -1),
+    ("5", "\\boxed{5}. The answer is 6.", -1), ("6", "x = 5, x = 6", -1), ("5", "The answer is 5 or 6.", -1),
+    # MATH writes thousands with {,} and \, : the gold is read by the same grammar
+    ("10{,}000", "\\boxed{10000}", 1), ("10{,}000", "\\boxed{0}", -1), ("10{,}000", "\\boxed{10{,}000}", 1),
+    ("1{,}234{,}567", "1,234,567", 1), ("10\\,000", "10000", 1), ("10\\!000", "The answer is 10,000.", 1),
+    ("\\$1{,}000", "\\boxed{1000}", 1), ("2{,}5", "25", -1),
+    # honest answers: units (a '/' or a power after a word), TeX separators, nested boxes, explanations after
+    ("60", "60 km/h", 1), ("60", "The speed is 60 km/h.", 1), ("36", "36 m^2", 1), ("36", "\\boxed{36 \\text{ m}^2}", 1),
+    ("36", "36 m\u00b2", 1), ("9.8", "9.8 m/s^2", 1), ("5", "\\boxed{5\\,\\text{cm}}", 1), ("25", "25%", 1),
+    ("40", "\\$40", 1), ("40", "The answer is $40.00.", 1), ("12", "12 eggs per box", 1),
+    ("10000", "\\boxed{10\\,000}", 1), ("1000000", "1\\,000\\,000", 1), ("10000", "10\u2009000", 1),
+    ("10000", "10\u202f000", 1), ("6", "\\boxed{\\boxed{6}}", 1), ("6", "$\\boxed{\\boxed{\\text{6}}}$", 1),
+    ("72", "Answer: 72\nBecause she sold 48 clips in April and half as many, 24, in May.", 1),
+    ("72", "**Answer:** 72\n\nExplanation: 48 + 24 = 72.", 1), ("72", "Answer: 72. She sold 48 and then 24.", 1),
+    ("18", "The final answer is 18. To check: 16 - 3 - 4 = 9 eggs, sold at $2 each.", 1),
+    ("18", "\\boxed{18}\n\nLet me verify: 16 eggs, 3 eaten and 4 baked leave 9; 9 x 2 = 18 dollars. " * 4, 1),
+    ("72", "\\boxed{72}. Indeed 48 + 24 = 72.", 1), ("72", "The answer is 72. So 72.", 1),
+    ("72", "Put it in \\boxed{}: 48 + 24 = 72, so \\(\\boxed{72}\\).", 1), ("72", "\\boxed{}", -1),
+    ("72", "\u0667\u0662", 1), ("72", "\\boxed{\uff17\uff12}", 1), ("72", "\u096d\u0968", 1), ("7", "\\boxed{7}" + " and so on" * 60, 1),
+]
+
+
+@pytest.mark.parametrize("gold, answer, expected", MATH_TABLE + GRAMMAR_TABLE)
 def test_math_rewards_pay_for_a_solved_problem_only(gold, answer, expected):
     prompt = Prompt("x:1", "", [], gold, domain="math")
     assert rewards.reward(prompt, "<think>12 / 2 = 6, or 5? \\boxed{6}</think>" + answer) == expected
@@ -1372,11 +1416,12 @@ def test_math_rewards_pay_for_a_solved_problem_only(gold, answer, expected):
 def test_math_rewards_are_the_same_in_a_worker_thread_and_numeric_gold_never_reaches_sympy():
     from concurrent.futures import ThreadPoolExecutor
     rewards.verified.cache_clear()
-    numeric = [(g, a, e) for g, a, e in MATH_TABLE if rewards.numeric_gold(g) is not None]
-    assert len(numeric) > 50 and [rewards.math_reward(g, a) for g, a, _ in numeric] == [e for *_, e in numeric]
+    table = MATH_TABLE + GRAMMAR_TABLE
+    numeric = [(g, a, e) for g, a, e in table if rewards.numeric_gold(g) is not None]
+    assert len(numeric) > 150 and [rewards.math_reward(g, a) for g, a, _ in numeric] == [e for *_, e in numeric]
     assert rewards.verified.cache_info().misses == 0  # GSM8K-style gold: pure Python, no math-verify
     with ThreadPoolExecutor(1) as pool:  # off the main thread, where math-verify's own SIGALRM timeouts do nothing
-        assert list(pool.map(lambda case: rewards.math_reward(*case[:2]), MATH_TABLE)) == [e for *_, e in MATH_TABLE]
+        assert list(pool.map(lambda case: rewards.math_reward(*case[:2]), table)) == [e for *_, e in table]
 
 
 def test_a_symbolic_answer_past_the_time_limit_is_minus_1_in_a_thread_and_the_worker_is_replaced(monkeypatch):
@@ -1412,6 +1457,11 @@ def test_the_program_is_the_last_python_block_of_the_final_answer():
     assert rewards.extract_program(p, "</think>no code here") is None
     assert rewards.extract_program(p, "```python\nprint(3)\n```") == "print(3)\n"  # a model that does not think
     assert rewards.extract_program(p, "<think>```python\nprint(3)\n```") is None    # unfinished thinking
+    # a bare block of the program's example output after it is not the program (a value, or not Python)
+    for output in ("[1, 2, 3]", "True", "6\n7", "{'a': (1, -2.5)}", "Hello, world!", "3 5\n8", "None"):
+        text = f"</think>```\ndef f(x):\n    return x\n```\nOutput:\n```\n{output}\n```"
+        assert rewards.extract_program(p, text) == "def f(x):\n    return x\n", output
+    assert rewards.extract_program(p, "</think>```\nx = 6\n```\n```\nprint(x)\n```") == "print(x)\n"
 
 
 def test_unclosed_thinking_scores_minus_one_in_every_domain():
