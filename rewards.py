@@ -92,10 +92,12 @@ TOKEN = re.compile(r"""(?P<ratio>-?\d+/-?\d+(?![\d.,/]))
     |(?P<word>[^\W\d_]+)|(?P<space>\s+)|(?P<other>.)""", re.VERBOSE)
 SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12,
           "dozen": 12}
-# words that bound, approximate, negate or hedge the number beside them: not an exact answer
-QUALIFIERS = {"than", "least", "most", "more", "less", "fewer", "over", "under", "about", "around",
-              "approximately", "approx", "roughly", "nearly", "almost", "circa", "ca", "up", "or",
-              "not", "maybe", "perhaps", "probably", "possibly", "likely", "estimated", "ish"}
+# words that offer another answer, and those that bound or approximate one: not an exact answer
+HEDGES = {"or", "not", "maybe", "perhaps", "probably", "possibly", "likely", "although", "though",
+          "alternatively", "otherwise", "unless"}
+QUALIFIERS = HEDGES | {"than", "least", "most", "more", "less", "fewer", "over", "under", "about",
+                       "around", "approximately", "approx", "roughly", "nearly", "almost", "circa", "ca",
+                       "up", "estimated", "ish"}
 SUPERSCRIPTS = str.maketrans({c: f"^{d}" for d, c in enumerate("⁰¹²³⁴⁵⁶⁷⁸⁹")} | {"⁻": "^-"})
 TOWER = re.compile(r"\^\s*(?:\{[^{}]*\^|\(?[\w.]+\)?\s*\^|\{?\s*\d{4,})|\*\*\s*\(?(?:[\w.]+\)?\s*\*\*|\d{4,})"
                    r"|\d{3,}\s*!|\d{25,}")
@@ -188,26 +190,36 @@ def boxed(text):
 
 
 def final_answer(text):
-    """-> (the answer's text, the boxes' texts, the text after it), (None, [], "") for an unclosed box:
-    the grammar's first line."""
+    """-> (the answer's text, the boxes' texts, the rest of its clause, the text after that), None for the
+    answer when a box is unclosed: the grammar's first line."""
     boxes, after = boxed(text)
     if boxes is None:
-        return None, [], ""
+        return None, [], "", ""
     if boxes:
-        return boxes[-1], boxes, after
+        rest, *later = CLAUSE_END.split(after, 1)
+        return boxes[-1], boxes, rest, "".join(later)
     markers = list(MARKER.finditer(text))
     if markers:  # the clause after the last marker
-        clause, *after = CLAUSE_END.split(text[markers[-1].end():].lstrip(), 1)
-        return clause, [], "".join(after)
+        clause, *later = CLAUSE_END.split(text[markers[-1].end():].lstrip(), 1)
+        return clause, [], "", "".join(later)
     sentences = CLAUSE_END.split(text)
-    return ([s for s in sentences if re.search(r"\d", s)] or sentences)[-1], [], ""
+    return ([s for s in sentences if re.search(r"\d", s)] or sentences)[-1], [], "", ""
 
 
-def restates(after, value):
-    """True when nothing after the answer states another value: no short clause (one number and at most
-    two words, in any language: 'or 6', 'not 5', 'So 72.') and no marker clause states a different one.
-    Working and checking (more words, or several numbers) are not statements."""
-    for clause in CLAUSE_END.split(after):
+def alone(rest):
+    """True when the rest of the answer's clause offers no other number: one led by a hedge ('or 46 if
+    ...', 'although 8 is possible') is a second candidate; the question's own numbers ('costs \\boxed{4}
+    dollars more than 2 bagels') and working ('since 48 + 24 = 72') are not."""
+    tokens = [(m.lastgroup, m[0].lower()) for m in TOKEN.finditer(normalise(rest)) if m.lastgroup != "space"]
+    return not any(kind in ("number", "ratio") and HEDGES & {text for _, text in tokens[max(i - 3, 0):i]}
+                   for i, (kind, _) in enumerate(tokens))
+
+
+def restates(later, value):
+    """True when nothing after the answer's clause states another value: no short clause (one number
+    and at most two words, in any language: 'Or 6.', 'Actually 56.') and no marker clause states a
+    different one. Working and checking (more words, or several numbers) are not statements."""
+    for clause in CLAUSE_END.split(later):
         marked = MARKER.split(clause)[-1]
         kinds = [m.lastgroup for m in TOKEN.finditer(normalise(marked))]
         short = MARKER.search(clause) or kinds.count("word") <= 2
@@ -314,12 +326,13 @@ def verified(gold, expression, timeout):
 def math_reward(gold, text, timeout=TIMEOUT):
     """+1.0 | -1.0 for the scored text of a math completion: numeric gold by the grammar above, exactly;
     symbolic gold by math-verify on the one expression of the answer."""
-    answer, boxes, after = final_answer(text)
+    answer, boxes, rest, later = final_answer(text)
     if answer is None:
         return -1.0
     if (value := numeric_gold(gold)) is not None:
         stated = [statement(box) for box in boxes] or [statement(answer)]
-        one = stated[-1] is not None and len(set(stated)) == 1 and restates(after, stated[-1])
+        one = stated[-1] is not None and len(set(stated)) == 1
+        one = one and alone(rest) and restates(later, stated[-1])
         return 1.0 if one and stated[-1] == value else -1.0
     if len({re.sub(r"\s+", "", box) for box in boxes}) > 1 or HEDGE.search(answer):
         return -1.0

@@ -1400,7 +1400,8 @@ GRAMMAR_TABLE = [
     ("72", "**Answer:** 72\n\nExplanation: 48 + 24 = 72.", 1), ("72", "Answer: 72. She sold 48 and then 24.", 1),
     ("18", "The final answer is 18. To check: 16 - 3 - 4 = 9 eggs, sold at $2 each.", 1),
     ("18", "\\boxed{18}\n\nLet me verify: 16 eggs, 3 eaten and 4 baked leave 9; 9 x 2 = 18 dollars. " * 4, 1),
-    ("72", "\\boxed{72}. Indeed 48 + 24 = 72.", 1), ("72", "The answer is 72. So 72.", 1),
+    ("72", "\\boxed{72}. Indeed 48 + 24 = 72.", 1), ("4", "So 3 loaves cost \\boxed{4} dollars more than 2 bagels.", 1),
+    ("9", "\\boxed{9} pens, though 10 would also work", -1), ("9", "$\\boxed{9}$ (perhaps 8 if one breaks)", -1), ("72", "The answer is 72. So 72.", 1),
     ("72", "Put it in \\boxed{}: 48 + 24 = 72, so \\(\\boxed{72}\\).", 1), ("72", "\\boxed{}", -1),
     ("72", "\u0667\u0662", 1), ("72", "\\boxed{\uff17\uff12}", 1), ("72", "\u096d\u0968", 1), ("7", "\\boxed{7}" + " and so on" * 60, 1),
 ]
@@ -1422,6 +1423,14 @@ def test_math_rewards_are_the_same_in_a_worker_thread_and_numeric_gold_never_rea
     assert rewards.verified.cache_info().misses == 0  # GSM8K-style gold: pure Python, no math-verify
     with ThreadPoolExecutor(1) as pool:  # off the main thread, where math-verify's own SIGALRM timeouts do nothing
         assert list(pool.map(lambda case: rewards.math_reward(*case[:2]), table)) == [e for *_, e in table]
+
+
+def test_math_answers_written_blind_by_a_tester_score_as_the_grammar_says():
+    from concurrent.futures import ThreadPoolExecutor
+    from tests.math_cases import FRESH
+    assert [rewards.math_reward(g, a) for g, a, _ in FRESH] == [e for *_, e in FRESH]
+    with ThreadPoolExecutor(1) as pool:
+        assert list(pool.map(lambda case: rewards.math_reward(*case[:2]), FRESH)) == [e for *_, e in FRESH]
 
 
 def test_a_symbolic_answer_past_the_time_limit_is_minus_1_in_a_thread_and_the_worker_is_replaced(monkeypatch):
