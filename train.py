@@ -37,7 +37,7 @@ import memory
 import rewards
 import sandbox
 import sample
-from policy import add_grads, copy_weights, load_policy, push_weights, sync_grads
+from policy import add_grads, copy_weights, load_policy, push_weights, resolve_dtype, sync_grads
 from scheduler import Rollouts
 
 # -----------------------------------------------------------------------------
@@ -103,8 +103,11 @@ wandb_project = "scalerl"
 wandb_run_name = ""            # '' = wandb's own name
 # hardware
 device = "cpu"                 # 'cpu' | 'cuda'
-dtype = "float32"              # trainer compute: 'float32' | 'bfloat16' (parameters and AdamW stay fp32)
-sampler_dtype = "bfloat16"     # sampler compute (the paper's generators: bf16); the weights reach it cast
+dtype = "float32"              # trainer compute: 'float32' | 'bfloat16' | 'auto' (parameters and
+                               # AdamW stay fp32); 'auto': bf16 on CUDA and native-bf16 CPUs, else
+                               # fp32 (policy.resolve_dtype)
+sampler_dtype = "auto"         # sampler compute, the same choices (the paper's generators: bf16);
+                               # the weights reach it cast
 sampler = "torch"              # 'torch' (plain KV-cache decoding) | 'vllm'
 sampler_slots = 1280           # sequences decoded at once per sampler (continuous batching); 5 batches in
                                # flight keep PipelineRL-8's mean lag above 2 steps on the built-in task
@@ -122,9 +125,9 @@ micro_batch_tokens = 0         # at most this many padded tokens per forward/bac
 config_keys = [k for k, v in globals().items() if k[0] != "_" and type(v) in (bool, int, float, str)]
 RULES = dict(agg=("prompt", "sample", "token"), adv_norm=("batch", "prompt", "none"),
              off_policy=("pipeline", "ppo"), length_control=("interrupt", "penalty"),
-             init_from=("scratch", "resume"), device=("cpu", "cuda"), dtype=("float32", "bfloat16"),
-             sampler_dtype=("float32", "bfloat16"), sampler=("torch", "vllm"), samples_per_prompt=2,
-             think_budget_min=1, rank_timeout=2.0, verify_timeout=0.1,
+             init_from=("scratch", "resume"), device=("cpu", "cuda"), sampler=("torch", "vllm"),
+             dtype=("float32", "bfloat16", "auto"), sampler_dtype=("float32", "bfloat16", "auto"),
+             samples_per_prompt=2, think_budget_min=1, rank_timeout=2.0, verify_timeout=0.1,
              **dict.fromkeys("prompts_per_step max_lag answer_budget eval_interval eval_samples "
                              "ckpt_interval sampler_slots max_steps n_val weight_bucket_mb".split(), 1),
              **dict.fromkeys(["micro_batch", "micro_batch_tokens", "n_train"], 0))
@@ -409,6 +412,9 @@ if __name__ == "__main__":
     except ValueError as e:
         fail(str(e))
     check_config()
+    # 'auto' -> the dtype this machine is fast in, once (the config saved and logged holds it)
+    dtype, trainer_why = resolve_dtype(dtype, device)
+    sampler_dtype, sampler_why = resolve_dtype(sampler_dtype, device)
     config = current_config()
     resumed = checkpoint.resume(out_dir) if init_from == "resume" else None
     layout = distributed.setup(n_samplers, rank_timeout, device, sampler)
@@ -416,6 +422,12 @@ if __name__ == "__main__":
     master, dp = layout.rank == 0, layout.role == "data_parallel"
     if master:
         print(json.dumps(config, indent=1))
+        why = trainer_why if trainer_why == sampler_why else \
+            f"trainer {trainer_why}; sampler {sampler_why}"
+        saved = resumed[1]["config"] if resumed else config  # 'auto' on another machine may differ
+        changed = [f"{k} {saved[k]}" for k in ("dtype", "sampler_dtype") if saved[k] != config[k]]
+        note = f"; the checkpoint's run had {', '.join(changed)}" if changed else ""
+        print(f"dtypes: trainer {dtype}, sampler {sampler_dtype} ({why}){note}", flush=True)
     # the model directory (the built-in tiny model is built once, by the master), the task, the memory plan
     base_path = model_path or distributed.master_first(layout, tiny_model)
     load_path, state, logged = resumed or (base_path, None, None)

@@ -3,11 +3,15 @@ Benchmark (not a test): fp32 against bf16 compute for one model on this CPU, the
 apart, measured side by side (interleaved, best of --repeats) with the ops that take the time:
 
     python benchmarks/cpu_dtypes.py --model_path=.cache/smollm2/model [--rows=32 --prompt_len=100
-        --completion_len=150 --repeats=2 --threads=2]
+        --completion_len=150 --repeats=2 --threads=2 --dtypes=auto]
 
 trainer: train.py's own step (fp32 masters and AdamW; compute in the dtype: the one-process bf16 copy; fp32
 head) on a fixed batch of rows x (prompt_len + completion_len) tokens; sampler: sample.TorchSampler decoding
 completion_len tokens for each row, on the trainer's compute module, as in one process.
+
+First, in a second or two, a small matmul in each dtype, and whether this CPU has native bf16
+(policy.native_bf16): without it (an AVX2 CPU) bf16 ran 4.5-100x slower than fp32, so --dtypes=auto
+measures fp32 alone there and says so; --dtypes=float32,bfloat16 measures both anyway.
 """
 
 import contextlib
@@ -23,7 +27,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402
 import distributed  # noqa: E402
 import train  # noqa: E402
+from policy import resolve_dtype  # noqa: E402
 from sample import Completion, Group, TorchSampler  # noqa: E402
+from step_roofline import matmul_rate  # noqa: E402 (benchmarks/, this script's directory)
 
 
 def batch(rows, prompt_len, completion_len, vocab, seed=0):
@@ -65,17 +71,34 @@ def measure(dtype, args, profiled=False):
 
 
 if __name__ == "__main__":
-    args = configurator.configure(dict(model_path="", rows=32, prompt_len=100, completion_len=150, repeats=2, threads=2),
-                                  sys.argv[1:], "benchmarks/cpu_dtypes.py", dict(rows=1, repeats=1, threads=1))
+    defaults = dict(model_path="", rows=32, prompt_len=100, completion_len=150, repeats=2, threads=2,
+                    dtypes="auto")
+    args = configurator.configure(defaults, sys.argv[1:], "benchmarks/cpu_dtypes.py",
+                                  dict(rows=1, repeats=1, threads=1))
     torch.set_num_threads(args["threads"])
+    # first, in a second or two: a small matmul in each dtype, and train.py's 'auto' here
+    probe = {d: matmul_rate(256, 512, 512, getattr(torch, d), 20, seconds=0.5)
+             for d in ("float32", "bfloat16")}
+    fast, why = resolve_dtype("auto", "cpu")
+    dtypes = ["float32", "bfloat16"] if fast == "bfloat16" else ["float32"]
+    dtypes = args["dtypes"].split(",") if args["dtypes"] != "auto" else dtypes
+    skipped = "" if "bfloat16" in dtypes else "; bf16 skipped (it would take several times fp32's " \
+        "time), --dtypes=float32,bfloat16 measures it"
+    print(f"a (256 x 512) @ (512 x 512) matmul: fp32 {probe['float32']:.0f} GFLOP/s, bf16 "
+          f"{probe['bfloat16']:.0f} GFLOP/s; 'auto' is {fast} ({why}){skipped}", flush=True)
     results = {}
     for repeat in range(args["repeats"]):
-        for dtype in ("float32", "bfloat16"):
-            step_s, tokens_s, trainer_ops, sampler_ops = measure(dtype, args, profiled=repeat == args["repeats"] - 1)
+        for dtype in dtypes:
+            last = repeat == args["repeats"] - 1
+            step_s, tokens_s, trainer_ops, sampler_ops = measure(dtype, args, profiled=last)
+            print(f"{dtype}, repeat {repeat + 1}: a trainer step {step_s:.1f} s, the sampler "
+                  f"{tokens_s:.0f} tokens/s", flush=True)
             best = results.get(dtype, (float("inf"), 0.0))
             results[dtype] = (min(best[0], step_s), max(best[1], tokens_s))
             if trainer_ops:
                 print(f"{dtype}: trainer's top ops: {trainer_ops}\n{dtype}: sampler's top ops: {sampler_ops}", flush=True)
+    if len(results) < 2:
+        sys.exit(0)
     (f_step, f_tok), (b_step, b_tok) = results["float32"], results["bfloat16"]
     print(f"trainer step: fp32 {f_step:.1f} s, bf16 {b_step:.1f} s: bf16 takes {b_step / f_step:.2f}x the time")
     print(f"sampler: fp32 {f_tok:.0f} tokens/s, bf16 {b_tok:.0f} tokens/s: bf16 takes {f_tok / b_tok:.2f}x the time")

@@ -54,7 +54,7 @@ import distributed  # noqa: E402
 import loss as L  # noqa: E402
 import memory  # noqa: E402
 import train  # noqa: E402
-from policy import push_weights, weight_plan  # noqa: E402
+from policy import push_weights, resolve_dtype, weight_plan  # noqa: E402
 from sample import TorchSampler  # noqa: E402
 
 FULL = dict(hidden_size=1024, num_hidden_layers=28, intermediate_size=3072, num_attention_heads=16,
@@ -250,7 +250,9 @@ if __name__ == "__main__":
     tokens = args.prompts * args.samples * (args.prompt_len + args.new_tokens)
     decode_s = args.new_tokens * shape["num_hidden_layers"] * DECODE_S_PER_LAYER
     train_s = args.steps * 8 * plan_shape.params * tokens / (0.3 * args.peak_flops)  # 8N with the recompute, 30% MFU
-    print(f"{gpu_name} | torch {torch.__version__} | {plan_shape.params / 1e6:.1f}M parameters | "
+    why = resolve_dtype(args.dtype, args.device)[1]  # a CPU without native bf16 says so, in seconds
+    print(f"{gpu_name} | torch {torch.__version__} | {args.dtype} ({why}) | "
+          f"{plan_shape.params / 1e6:.1f}M parameters | "
           f"{args.prompts} x {args.samples} completions of {args.new_tokens} tokens | {args.steps} steps per path | "
           f"estimate on an H200 at these sizes: ~{(decode_s + train_s + 30) * len(paths) / 60 + 0.5:.1f} min (decode "
           f"{decode_s:.0f} s + train {train_s:.0f} s + load ~30 s per path, + ~30 s set-up)", flush=True)

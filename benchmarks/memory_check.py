@@ -297,6 +297,8 @@ def real_rank(rank, ranks, port, variants, tokens, micro_batches, timing, out):
     results = []
     for variant in variants:
         dtype, checkpoint, sync = variant.split(":")
+        if rank == 0:  # a variant takes a minute or more on 2 cores: none passes unsaid
+            print(f"real: {variant} ...", flush=True)
         train.configure([f"--dtype={dtype}", "--micro_batch=0", f"--micro_batch_tokens={tokens}", "--warmup_steps=0",
                          "--lr=1e-6", "--grad_clip=1.0"])
         policy = build_policy(SMOLLM2_135M, rank, ranks, getattr(torch, dtype), checkpoint == "ckpt")
@@ -373,6 +375,10 @@ if __name__ == "__main__":
                         r["rows"]), flush=True)
     if args.real or everything:
         variants = args.real_variants.split(",")
+        if any(v.startswith("bfloat16") for v in variants) and not P.native_bf16():
+            print("real: this CPU has no native bf16 (avx512_bf16, AMX, Arm BF16): the bfloat16 "
+                  "variants hold the memory they would anywhere, in several times fp32's time",
+                  flush=True)
         for r in real_check(variants, args.real_tokens, args.real_micro_batches, not args.no_timing):
             results["real"].append(r)
             timed = (f", untracked: {r['seconds']:.1f} s a step, resident memory rose {r['rss_rise'] / MiB:.0f} "

@@ -6,12 +6,18 @@ part, against what the machine can do (its measured matmul peak and memory bandw
     python benchmarks/step_roofline.py --model_path=.cache/qwen_coder/model --rows=32 --prompt_len=120 --completion_len=300
     python benchmarks/step_roofline.py --shape=qwen0.5b ...    # a random model of that shape (smollm2 | qwen0.5b)
 
-The step: train.train_step on made-up groups of rows x (prompt_len + completion_len) tokens (fp32 masters and AdamW,
-compute in --dtype, the fp32 head, the config's micro-batches), profiled; every op is put in a part (body, attention,
-head, optimizer, the bf16 copy's upkeep) and a phase (forward, backward: which holds the recompute of the checkpointed
-head). Per part: seconds, FLOPs, GFLOP/s and the share of the bf16 matmul peak at the model's shapes. The sampler:
-one decode step of sample.TorchSampler for `rows` sequences at the batch's context, its tokens/s against the
+The step: train.train_step on made-up groups of rows x (prompt_len + completion_len) tokens (fp32
+masters and AdamW, compute in --dtype, the fp32 head, the config's micro-batches), profiled; every
+op is put in a part (body, attention, head, optimizer, the bf16 copy's upkeep) and a phase (forward,
+backward: which holds the recompute of the checkpointed head). Per part: seconds, FLOPs, GFLOP/s and
+the share of the compute dtype's matmul peak at the model's shapes. The sampler: one decode step of
+sample.TorchSampler for `rows` sequences at the batch's context, its tokens/s against the
 memory-bandwidth bound (the weights and the KV cache read once a step). One JSON line at the end.
+
+--dtype=auto (the default) is train.py's: bf16 only where this CPU has native bf16
+(policy.resolve_dtype). Each dtype's matmul peak is probed on a small matmul first and measured at
+the model's shapes only if that takes seconds, not minutes: without native bf16, a bf16 matmul ran
+at ~1 GFLOP/s on an AVX2 CPU.
 
 --variants measures ways of computing the same step side by side, interleaved, best of --repeats each:
   head=now|before    a bf16 model's fp32 head: loss.py's (_HeadLogprobs: oneDNN's bf16 products summed in
@@ -38,6 +44,7 @@ import configurator  # noqa: E402
 import distributed  # noqa: E402
 import loss  # noqa: E402
 import train  # noqa: E402
+from policy import resolve_dtype  # noqa: E402
 from sample import Completion, Group, TorchSampler  # noqa: E402
 
 SHAPES = dict(smollm2=dict(model_type="llama", hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
@@ -74,16 +81,34 @@ def made_up_groups(args, vocab, seed=0):
     return groups
 
 
-def matmul_peak(shapes, dtype, repeats=5):
-    """Best GFLOP/s of (m, k) x (k, n) matmuls in dtype over the model's shapes."""
-    best = 0.0
-    for m, k, n in shapes:
-        a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
-        a @ b
-        for _ in range(repeats):
-            start = time.perf_counter()
-            a @ b
-            best = max(best, 2 * m * k * n / (time.perf_counter() - start) / 1e9)
+def matmul_peak(shapes, dtype, repeats=5, budget_s=120.0):
+    """-> (best GFLOP/s of (m, k) x (k, n) matmuls in dtype over the model's shapes, whether
+    measured at them): a small probe first (about a second at 1 GFLOP/s), and only its rate when
+    the shapes would take over budget_s at that rate."""
+    # without native bf16 a bf16 a @ b ran ~1 GFLOP/s on an AVX2 CPU: minutes to hours at the shapes
+    probe = matmul_rate(256, 512, 512, dtype, repeats=20, seconds=0.5)
+    seconds = sum(2 * m * k * n for m, k, n in shapes) * (repeats + 1) / (probe * 1e9)
+    fits = seconds <= budget_s
+    name = str(dtype).removeprefix("torch.")
+    verdict = f"take ~{seconds:.0f} s" if fits else f"would take ~{seconds:.0f} s: skipped"
+    print(f"matmul peak in {name}: a probe ran {probe:.0f} GFLOP/s; the model's shapes {verdict}",
+          flush=True)
+    if not fits:
+        return probe, False
+    return max(probe, *(matmul_rate(m, k, n, dtype, repeats) for m, k, n in shapes)), True
+
+
+def matmul_rate(m, k, n, dtype, repeats, seconds=float("inf")):
+    """Best GFLOP/s of an (m, k) x (k, n) matmul in dtype over `repeats` runs after an untimed one,
+    fewer once `seconds` have passed (a busy core slows any one run: the best of many is the
+    machine's)."""
+    a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+    a @ b
+    best, started = 0.0, time.perf_counter()
+    for _ in range(repeats):
+        best = max(best, 2 * m * k * n / timed(lambda: a @ b) / 1e9)
+        if time.perf_counter() - started > seconds:
+            break
     return best
 
 
@@ -269,27 +294,35 @@ def sampler(args, policy, gbps):
 
 
 if __name__ == "__main__":
-    args = configurator.configure(dict(model_path="", shape="smollm2", rows=128, prompt_len=80, completion_len=32,
-                                       dtype="bfloat16", micro_batch=16, micro_batch_tokens=0, repeats=2, threads=0,
-                                       variants=""),
+    args = configurator.configure(dict(model_path="", shape="smollm2", rows=128, prompt_len=80,
+                                       completion_len=32, dtype="auto", micro_batch=16,
+                                       micro_batch_tokens=0, repeats=2, threads=0, variants=""),
                                   sys.argv[1:], "benchmarks/step_roofline.py",
                                   dict(rows=8, prompt_len=2, completion_len=1, repeats=1, threads=0, micro_batch=0,
-                                       micro_batch_tokens=0, dtype=("float32", "bfloat16"),
+                                       micro_batch_tokens=0, dtype=("float32", "bfloat16", "auto"),
                                        shape=("smollm2", "qwen0.5b")))
     if args["threads"]:
         torch.set_num_threads(args["threads"])
+    args["dtype"], why = resolve_dtype(args["dtype"], "cpu")  # as train.py resolves it
+    print(f"the trainer and the sampler compute in {args['dtype']} ({why}); "
+          f"{torch.get_num_threads()} threads", flush=True)
     path = model_dir(args)
     config = json.load(open(os.path.join(path, "config.json")))
     H, I, V = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
     m = min(4096, args["rows"] * (args["prompt_len"] + args["completion_len"]))
     shapes = [(m, H, I), (m, I, H), (m, H, V)]
-    peaks = {dtype: matmul_peak(shapes, getattr(torch, dtype)) for dtype in ("bfloat16", "float32")}
+    peaks, at_shapes = {}, {}
+    for dtype in ("float32", "bfloat16"):
+        peaks[dtype], at_shapes[dtype] = matmul_peak(shapes, getattr(torch, dtype))
     gbps = bandwidth()
-    print(f"this machine, {torch.get_num_threads()} threads: matmul peak bf16 {peaks['bfloat16']:.0f} GFLOP/s, "
-          f"fp32 {peaks['float32']:.0f} GFLOP/s at the model's shapes; read bandwidth {gbps:.1f} GB/s", flush=True)
-    step, policy = trainer(args, path, peaks["bfloat16"])
-    print(f"trainer: {step['step_s']:.2f} s a step of {step['tokens']:,} tokens, {step['n_params'] / 1e6:.0f}M "
-          f"parameters: {step['model_gflops']:.0f} GFLOP/s (6N x tokens), {step['peak_share']:.0%} of the bf16 peak")
+    rates = ", ".join(f"{d} {peaks[d]:.0f} GFLOP/s{'' if at_shapes[d] else ' (the probe)'}"
+                      for d in peaks)
+    print(f"this machine, {torch.get_num_threads()} threads: matmul peak {rates} at the model's "
+          f"shapes; read bandwidth {gbps:.1f} GB/s", flush=True)
+    step, policy = trainer(args, path, peaks[args["dtype"]])
+    print(f"trainer: {step['step_s']:.2f} s a step of {step['tokens']:,} tokens, "
+          f"{step['n_params'] / 1e6:.0f}M parameters: {step['model_gflops']:.0f} GFLOP/s "
+          f"(6N x tokens), {step['peak_share']:.0%} of the {args['dtype']} peak")
     for name, part in step["parts"].items():
         rate = f"{part['gflops']:7.0f} GFLOP/s  {part['peak_share']:5.0%} of peak" if part["gflops"] else ""
         print(f"  {name:<20} {part['seconds']:7.3f} s  {part['gflop']:8.1f} GFLOP  {rate}")
@@ -300,4 +333,5 @@ if __name__ == "__main__":
     print(f"sampler: one decode step of {args['rows']} sequences in {decode['decode_step_s']:.3f} s: "
           f"{decode['tokens_s']:.0f} tokens/s, the bandwidth bound {decode['bound_tokens_s']:.0f} "
           f"({decode['bandwidth_share']:.0%})")
-    print(json.dumps(dict(args=args, peaks=peaks, bandwidth_gbps=gbps, trainer=step, sampler=decode)))
+    print(json.dumps(dict(args=args, peaks=peaks, peaks_at_shapes=at_shapes, bandwidth_gbps=gbps,
+                          trainer=step, sampler=decode)))

@@ -6,7 +6,9 @@
 model_path = ".cache/qwen_coder/model"
 data_path = ".cache/qwen_coder/gsm8k_train.jsonl:3,.cache/qwen_coder/humaneval.jsonl:1"  # 3 math : 1 code
 out_dir = "out-qwen-coder"
-dtype = "bfloat16"              # fp32 masters and AdamW, bf16 compute, the fp32 head (loss.py's CPU route)
+dtype = "auto"                  # fp32 masters and AdamW, the fp32 head (loss.py's CPU route);
+                                # bf16 compute on a CPU with native bf16, else fp32 (train.py)
+sampler_dtype = "auto"
 temperature = 1.0
 think_budget_min = 368          # a cap of 384 tokens: a GSM8K chain takes ~250, a HumanEval function ~200
 think_budget_max = 368

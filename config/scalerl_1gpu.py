@@ -6,6 +6,7 @@
 out_dir = "out-scalerl-1gpu"
 device = "cuda"
 dtype = "bfloat16"
+sampler_dtype = "bfloat16"      # the paper's generators (vLLM)
 sampler = "vllm"
 vllm_gpu_memory = 0.4
 sampler_slots = 80              # memory.slots_that_fit: ~480k KV tokens / ~5.1k expected a sequence (the

@@ -7,6 +7,7 @@
 out_dir = "out-scalerl-8b"
 device = "cuda"
 dtype = "bfloat16"              # compute; parameters and AdamW state stay fp32
+sampler_dtype = "bfloat16"      # the paper's generators (vLLM)
 sampler = "vllm"
 sampler_slots = 80              # per sampler, memory.slots_that_fit: ~747k KV tokens / ~8.2k expected (the
                                 # prompt, half the 14.3k budget) = 91; 5 groups of 16, 480 on 6 samplers

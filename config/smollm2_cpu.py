@@ -6,7 +6,10 @@ model_path = ".cache/smollm2/model"
 data_path = ".cache/smollm2/easy.jsonl"      # small-number MAWPS, SVAMP and ASDiv problems (data/smollm2/prepare.py)
 prompt_template = "{problem}\nReply with the number only."
 out_dir = "out-smollm2"
-dtype = "bfloat16"              # fp32 masters and AdamW, bf16 compute: a step in 0.75x fp32's time here (benchmarks/cpu_dtypes.py)
+dtype = "auto"                  # fp32 masters and AdamW; bf16 compute on a CPU with native bf16
+                                # (a step in 0.75x fp32's time here: benchmarks/cpu_dtypes.py), else
+                                # fp32
+sampler_dtype = "auto"
 temperature = 0.7               # (paper: 1.0) at 1.0 this 135M model rambles off any answer
 think_budget_min = 24           # only a cap for a model that does not think: 24 + 8 tokens
 think_budget_max = 24
