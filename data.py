@@ -91,12 +91,24 @@ def read_jsonl(path, prompt_field=None, answer_field="answer"):
     return rows
 
 
+def json_int(digits):
+    """A JSON int of any length: Python 3.11 converts 4,300 digits at most, longer ones in halves."""
+    if len(digits) <= 4000:
+        return int(digits)
+    if digits[0] == "-":
+        return -json_int(digits[1:])
+    half = len(digits) // 2
+    return json_int(digits[:-half]) * 10 ** half + json_int(digits[-half:])
+
+
 def read_row(line, where, path, prompt_field, answer_field):
     """One line of a JSONL dataset -> dict(text, answer, code, domain), or a DataError naming the field."""
     try:
-        row = json.loads(line)
+        row = json.loads(line, parse_int=json_int)
     except json.JSONDecodeError as e:
         raise DataError(f"{where}: malformed JSON ({e.msg}, column {e.colno})") from None
+    except (ValueError, RecursionError) as e:
+        raise DataError(f"{where}: malformed JSON ({type(e).__name__}: {str(e)[:100]})") from None
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
     missing = lambda named: DataError(f"{where}: missing field {named} (has: {', '.join(row) or 'none'})")
@@ -120,14 +132,22 @@ def read_row(line, where, path, prompt_field, answer_field):
         raise DataError(f"{where}: the domain 'builtin' is the built-in task's; rename the file or set a "
                         "'domain' field")
     return dict(text=row[field], answer="" if is_code else str(row[answer_field]).strip(),
-                code=code_tests(row, where) if is_code else None, domain=domain)
+                code=code_tests(row, where, row[field]) if is_code else None, domain=domain)
 
 
-def code_tests(row, where):
-    """A code row's tests as judge.passes() keywords (formats: README), or a DataError naming the field."""
+def code_tests(row, where, prompt=None):
+    """A code row's tests as judge.passes() keywords (formats: README), or a DataError naming the
+    field. A prompt that is Python (HumanEval's stub and helpers), or a 'prelude' field, is the
+    prelude: run before the program, and its helpers the test's own (judge.prelude_of)."""
     def require(ok, message):
         if not ok:
             raise DataError(f"{where}: field {message}")
+    if "prelude" in row:  # the prompt's code given apart, for a prompt that wraps it in prose
+        prompt = row["prelude"]
+        require(judge.prelude_of(prompt), "'prelude' must be Python that imports and defines only")
+    prompt = row.get("prompt", row.get("problem")) if prompt is None else prompt
+    prelude = judge.prelude_of(prompt)
+    with_prelude = lambda spec: dict(spec, prelude=prelude) if prelude else spec
     styles = [key for key in CODE_FIELDS if key in row]
     require(len(styles) == 1, f"{' and '.join(map(repr, styles))}: give one of them")
     if "tests" in row:
@@ -143,7 +163,7 @@ def code_tests(row, where):
                     f"'tests[{i}]': stdin/stdout tests take strings (arguments need 'fn_name')")
             require(not fn_name or isinstance(t["input"], list),
                     f"'tests[{i}].input' must be the list of arguments of {fn_name}()")
-        return dict(tests=tests, fn_name=fn_name) if fn_name else dict(tests=tests)
+        return with_prelude(dict(tests=tests, fn_name=fn_name)) if fn_name else dict(tests=tests)
     field, entry_point = styles[0], row.get("entry_point")
     require("fn_name" not in row, f"{field!r} (asserts) cannot go with 'fn_name'")
     if field == "test":
@@ -156,12 +176,13 @@ def code_tests(row, where):
                                               "Python, 'test_setup_code' a string")
         test = "\n".join(line for part in parts for line in part if line.strip())
     try:
-        judge.assert_plan(test, entry_point)
+        judge.assert_plan(test, entry_point, prelude)
     except SyntaxError as e:
         raise DataError(f"{where}: field {field!r} is not valid Python ({e.msg}, line {e.lineno})") from None
     except ValueError as e:
         raise DataError(f"{where}: field {field!r}: {e}") from None
-    return dict(test=test, entry_point=entry_point) if entry_point else dict(test=test)
+    spec = dict(test=test, entry_point=entry_point) if entry_point else dict(test=test)
+    return with_prelude(spec)
 
 
 def jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_field, template):

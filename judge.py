@@ -1,144 +1,746 @@
 """The verdict of a model-written program against its tests, run in sandbox.py: the code reward.
-Calls and asserts run here, on literals from HARNESS: nothing the program holds or prints can forge a pass."""
+
+The program runs in the sandbox under HARNESS; the test runs in a judge worker (serve), a process of
+ours that holds the expected values, which never enter the sandbox. The worker asks and the harness
+answers, one JSON line each, values as CODEC writes them (data, or a handle naming an object):
+
+    judge -> harness   ["get", handle, name]  ["call", handle, args, kwargs]  ["next", handle]
+                       ["return", value] or ["raise", names]: the answer to a callback
+    harness -> judge   ["value", value, changed arguments]  ["stop"]  ["raised", names, args]
+                       ["fail", why]  ["callback", number, args, kwargs]: it calls the test's
+
+Handle 0 is the program's namespace. A reply is only ever the program's answer to the request before
+it: nothing the program holds, prints or forges passes a test it fails. Replies are decoded and the
+test run in the worker (a memory limit; killed past the deadline), never in the trainer, which hands
+it a job and reads back one byte. stdin/stdout tests need no worker: their output is compared here.
+"""
 import ast
 import builtins
 import json
+import keyword
+import os
+import pickle
+import resource
+import socket
+import subprocess
 import symtable
 import sys
+import threading
+import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from functools import lru_cache
 
-from sandbox import TIMEOUT, WORKERS, Sandboxed, run
+import sandbox
+from sandbox import TIMEOUT, WORKERS, Pipes, Sandboxed, run
+
+REPLY_CAP = 1 << 20        # characters of one reply; more is a failed call (sandbox.OUTPUT_CAP)
+DEPTH = 100                # nesting of a value, both ways; deeper is a failed call
+COLLISIONS = 8             # keys of one set or dict that may share a hash; more is a failed call
+SHORT = 1 << 63            # larger ints travel in hex: int(str) is quadratic in the digits
+ARGUMENTS_ROOM = 64 << 20  # characters of what the test passes in one call (trusted)
+MARGIN = 2.0               # seconds a worker may run past the sandbox's deadline; then it is killed
+JUDGE_MEMORY = 1 << 30     # bytes of address space of a judge worker (RLIMIT_AS)
+
+# Values as data, on both sides: JSON's own values are themselves (ints below SHORT, floats with NaN
+# and Infinity), the rest an object of one key, {tag: payload}. What is not data is refer()'s (a
+# handle, a callback) and comes back through resolve(); BUILTINS too is each side's own.
+CODEC = f"REPLY_CAP, DEPTH, COLLISIONS, SHORT = {REPLY_CAP}, {DEPTH}, {COLLISIONS}, {SHORT}" + r'''
+import json, sys
+from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
+from collections.abc import Iterator
+MAPPINGS = {"dict": dict, "Counter": Counter, "OrderedDict": OrderedDict}
+VIEWS = {type({}.keys()): "keys", type({}.values()): "values", type({}.items()): "items"}
+# a subclass of a builtin (an IntEnum, a list whose __eq__ lies) travels as an exact copy, made in C
+EXACT = [(int, int.__pos__), (float, float.__pos__), (complex, complex.__pos__),
+         (str, str.__str__), (bytes, lambda b: bytes.__getitem__(b, slice(None))),
+         (bytearray, bytearray.copy), (list, list.copy), (dict, dict.copy), (set, set.copy),
+         (tuple, lambda t: tuple.__getitem__(t, slice(None))), (frozenset, frozenset.copy)]
+NAMED = {}  # (typename, fields) -> its namedtuple class
 
 
-# the program reads and writes nothing: the pipes are the harness's
-HARNESS = r"""
-import os, sys
-requests, replies, null = os.fdopen(os.dup(0), "rb"), os.dup(1), os.open(os.devnull, os.O_RDWR)
+def loaded(module, name):  # a class of a module once imported (the harness starts faster without)
+    return getattr(sys.modules.get(module), name, None)
+
+
+def encode(value, refer, room, depth=0):
+    """value -> JSON-able data; room: [characters left], a lower bound of the JSON's length."""
+    room[0] -= 1
+    if room[0] < 0 or depth > DEPTH:
+        raise BufferError("too big or too deeply nested to carry")
+    kind, more = type(value), lambda v: encode(v, refer, room, depth + 1)
+    if value is None or kind in (bool, float):
+        return value
+    if kind is str:
+        room[0] -= len(value)
+        return value
+    if kind is int:
+        return value if -SHORT < value < SHORT else {"int": hex(value)}
+    if kind is list:
+        return [more(v) for v in value]
+    if kind in (tuple, set, frozenset):
+        return {kind.__name__: [more(v) for v in value]}
+    if kind in VIEWS:  # a dict's keys(), values() or items(): the dict it views
+        return {VIEWS[kind]: more(dict(value.mapping))}
+    if kind in (dict, Counter, OrderedDict):
+        return {kind.__name__: [[more(k), more(v)] for k, v in value.items()]}
+    if kind is defaultdict:
+        return {"defaultdict": [more(value.default_factory), more(dict(value))]}
+    if kind is deque:
+        return {"deque": [[more(v) for v in value], value.maxlen]}
+    if kind in (bytes, bytearray):
+        room[0] -= 2 * len(value)
+        return {kind.__name__: value.hex()}
+    if kind is complex:
+        return {"complex": [value.real, value.imag]}
+    if kind is loaded("fractions", "Fraction"):
+        return {"Fraction": [more(value.numerator), more(value.denominator)]}
+    if kind in (loaded("decimal", "Decimal"), range):
+        parts = [value.start, value.stop, value.step] if kind is range else str(value)
+        return {kind.__name__: more(parts)}
+    if isinstance(value, tuple) and isinstance(getattr(kind, "_fields", None), tuple):
+        items = list(tuple.__getitem__(value, slice(None)))  # a namedtuple: its fields, then items
+        return {"namedtuple": [more(kind.__name__), more(list(kind._fields)), more(items)]}
+    for base, copy in EXACT:
+        if isinstance(value, base):
+            return more(copy(value))
+    name = getattr(value, "__name__", None)
+    if isinstance(name, str) and BUILTINS.get(name) is value:
+        return {"builtin": name}
+    return refer(value)
+
+
+def decode(data, resolve, depth=0):
+    """encode's data -> the value, built afresh of builtin types (never by the sender's code)."""
+    if depth > DEPTH:
+        raise BufferError("too deeply nested")
+    more = lambda d: decode(d, resolve, depth + 1)
+    if type(data) is list:
+        return [more(d) for d in data]
+    if type(data) is not dict:
+        return data
+    (tag, payload), = data.items()
+    if tag == "int":
+        return int(payload, 16)
+    if tag == "tuple":
+        return tuple(map(more, payload))
+    if tag in ("set", "frozenset"):
+        return {"set": set, "frozenset": frozenset}[tag](distinct([more(d) for d in payload]))
+    if tag in MAPPINGS:
+        keys, values = [more(k) for k, _ in payload], [more(v) for _, v in payload]
+        mapping = dict(zip(distinct(keys), values))
+        return mapping if tag == "dict" else MAPPINGS[tag](mapping)
+    if tag in ("keys", "values", "items"):
+        return getattr(dict, tag)(more(payload))
+    if tag == "defaultdict":
+        factory, mapping = map(more, payload)
+        return defaultdict(factory, mapping)
+    if tag == "deque":
+        items, maxlen = payload
+        return deque(map(more, items), maxlen)
+    if tag == "namedtuple":
+        name, fields, values = map(more, payload)
+        if (name, tuple(fields)) not in NAMED:
+            NAMED.clear() if len(NAMED) > 1000 else None
+            NAMED[name, tuple(fields)] = namedtuple(name, fields)
+        return NAMED[name, tuple(fields)](*values)
+    if tag in ("bytes", "bytearray"):
+        return {"bytes": bytes, "bytearray": bytearray}[tag].fromhex(payload)
+    if tag == "complex":
+        real, imag = payload
+        return complex(real, imag)
+    if tag in ("Fraction", "Decimal", "range"):
+        module = {"Fraction": "fractions", "Decimal": "decimal", "range": "builtins"}[tag]
+        kind = getattr(__import__(module), tag)
+        return kind(payload) if tag == "Decimal" else kind(*map(more, payload))
+    return resolve(tag, payload)
+
+
+def distinct(keys):
+    """keys, unless many share a hash: a set or dict of them would take quadratic time to build."""
+    if max(Counter(map(hash, keys)).values(), default=0) > COLLISIONS:
+        raise BufferError("keys whose hashes collide")
+    return keys
+'''
+
+# The program's side, in the sandbox: it reads requests and writes replies, nothing else
+HARNESS = CODEC + r'''
+import builtins, os, sys
+BUILTINS = dict(vars(builtins))  # as they are before the program runs
+dumps, loads = json.dumps, json.loads
+getattr(sys, "set_int_max_str_digits", abs)(0)  # ints of any size, as before Python 3.11
+requests, replies = os.fdopen(os.dup(0), "rb"), os.dup(1)
+null = os.open(os.devnull, os.O_RDWR)
 os.dup2(null, 0), os.dup2(null, 1), os.dup2(null, 2)
-literals = {"__builtins__": {}, "set": set, "frozenset": frozenset, "inf": float("inf"), "nan": float("nan")}
-objects = [{"__name__": "solution"}]  # handle 0: the program's namespace; then every value handed out
+objects, handles = [{"__name__": "solution"}], {}  # 0: its namespace; then each object handed out
+
+
+def refer(value):  # a program's object that is not data: the handle the judge names it by
+    if id(value) not in handles:
+        handles[id(value)] = len(objects)
+        objects.append(value)
+    kind = "function" if callable(value) else "object"
+    return {"iterator" if isinstance(value, Iterator) else kind: handles[id(value)]}
+
+
+def resolve(tag, payload):  # a builtin, an object handed out, or a callable of the test's
+    if tag == "builtin":
+        return BUILTINS[payload]
+    if tag == "ref":
+        return objects[payload]
+    if tag == "callback":
+        return lambda *args, **kwargs: callback(payload, args, kwargs)
+    raise ValueError(tag)
+
+
+def send(message):
+    text = dumps(message)
+    if len(text) > REPLY_CAP:
+        text = dumps(["fail", f"a reply of {len(text)} characters, over {REPLY_CAP}"])
+    data = (text + "\n").encode()
+    while data:
+        data = data[os.write(replies, data):]
+
+
+def carried(arguments, room):  # a call's arguments, [(position or name, value)], as data
+    return [[key, encode(value, refer, [room])] for key, value in arguments]
+
+
+def callback(number, args, kwargs):  # the program calls a callable of the test's: the judge runs it
+    send(["callback", number, carried(enumerate(args), REPLY_CAP),
+          carried(kwargs.items(), REPLY_CAP)])
+    kind, payload = serve()
+    if kind == "return":
+        return decode(payload[0], resolve)
+    raise next((e for e in map(BUILTINS.get, payload[0])
+                if isinstance(e, type) and issubclass(e, BaseException)), RuntimeError)()
+
+
+def answer(kind, handle, *request):
+    try:
+        target, arguments, before = objects[handle], [], []
+        if kind == "get":
+            value = target[request[0]] if handle == 0 else getattr(target, request[0])
+        elif kind == "next":
+            try:
+                value = next(target)
+            except StopIteration:
+                return ["stop"]
+        else:
+            arguments = [(k, decode(v, resolve)) for k, v in (*request[0], *request[1])]
+            before = carried(arguments, 1 << 40)
+            value = target(*[v for k, v in arguments if type(k) is int],
+                           **{k: v for k, v in arguments if type(k) is str})
+    except BaseException as error:  # the program's: the judge raises its nearest builtin base
+        names = [c.__name__ for c in type(error).__mro__ if BUILTINS.get(c.__name__) is c]
+        try:
+            args = encode(list(error.args), refer, [REPLY_CAP // 2])
+        except Exception:
+            args = []
+        return ["raised", names, args]
+    try:  # the arguments it changed in place go back too
+        changed = [new for new, old in zip(carried(arguments, 1 << 40), before) if new != old]
+        return ["value", encode(value, refer, [REPLY_CAP]), changed]
+    except BaseException as error:
+        return ["fail", f"its value cannot be carried ({type(error).__name__})"]
+
+
+def serve():  # answers the judge until it answers a callback of ours: -> (kind, payload)
+    for line in requests:
+        kind, *rest = loads(line)
+        if kind in ("return", "raise"):
+            return kind, rest
+        send(answer(kind, *rest))
+    os._exit(0)
+
+
+exec(compile(sys.argv[2], "prompt.py", "exec"), objects[0])  # the prompt's own code (HumanEval's)
 exec(compile(sys.argv[1], "solution.py", "exec"), objects[0])
-for line in requests:  # ("get", handle, name) or ("call", handle, args, kwargs)
-    kind, handle, arg, *kwargs = eval(line, literals)
-    try:
-        objects.append(value := objects[handle](*arg, **kwargs[0]) if kind == "call" else
-                       objects[0][arg] if handle == 0 else getattr(objects[handle], arg))
-        reply = f"{len(objects) - 1} {int(callable(value))} {ascii(value)}"
-    except Exception as e:
-        reply = f"raised {type(e).__name__}"
-    os.write(replies, (reply + "\n").encode())
-"""
-ENDS_ITERATION = (StopIteration, StopAsyncIteration)
+serve()
+'''
+_codec = {"BUILTINS": vars(builtins)}
+exec(CODEC, _codec)  # the judge's side of the same grammar
+encode, decode = _codec["encode"], _codec["decode"]
+
+# -----------------------------------------------------------------------------
+# the judge's side of the conversation, in a worker
 
 
-def _value(process, request):
-    """The program's value via HARNESS: data as itself, else a function or a Handle that reaches it there."""
-    if process.pump(ascii(request).encode() + b"\n", line=True) or b"\n" not in process.stdout:
-        raise ChildProcessError("the program's process died or did not answer in time")
-    reply, _, process.stdout[:] = process.stdout.partition(b"\n")
-    handle, is_callable, text = (reply.decode() + "  ").split(" ", 2)
-    if handle == "raised":  # is_callable: the name of what it raised, raised here (a builtin Exception)
-        error = getattr(builtins, is_callable, None)
-        # a StopIteration would end the test's map() or generator early, as if all had passed
-        if isinstance(error, type) and issubclass(error, Exception) and not issubclass(error, ENDS_ITERATION):
-            raise error()
-        raise RuntimeError(f"the program raised {is_callable}")
-    if is_callable == "1":
-        return lambda *args, **kwargs: _value(process, ("call", int(handle), args, kwargs))
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        fetch = lambda _, name: _value(process, ("get", int(handle), name))
-        return type("Handle", (), {"__getattr__": fetch})()
+class Failed(BaseException):
+    """A call that failed for good: its process died, overran or exited, it raised SystemExit or
+    KeyboardInterrupt, its reply cannot be carried. A test that catches it fails all the same."""
 
 
-def as_json(value):  # what JSON makes of a value (tuples -> lists, sets -> sorted lists, int keys -> str)
-    return json.loads(json.dumps(value, default=sorted))
+class Remote:
+    """A program's object that is not data: reached by attribute and call, never by its __eq__."""
+    __slots__ = ("_Remote__talk", "_Remote__handle")
+
+    def __init__(self, talk, handle):
+        self.__talk, self.__handle = talk, handle
+
+    def __getattr__(self, name):
+        if name.startswith("__"):  # copy, pickle and friends probe these: none is the program's
+            raise AttributeError(name)
+        return self.__talk.ask("get", self.__handle, name)
 
 
-def passes(program, tests=(), fn_name=None, test=None, entry_point=None, timeout=TIMEOUT):
-    """True when the program passes every test: stdin/stdout (a process each), call- or assert-style."""
-    try:
-        if not tests and not test:
+class RemoteFunction(Remote):
+    def __call__(self, *args, **kwargs):
+        return self._Remote__talk.call(self._Remote__handle, args, kwargs)
+
+
+class RemoteIterator(Remote):
+    """A generator or iterator of the program's, read lazily: each next() asks for one item."""
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._Remote__talk.ask("next", self._Remote__handle)
+
+
+def _short_int(digits):  # a longer one is the program's forgery: encode writes them in hex
+    if len(digits) > 20:
+        raise ValueError("a long decimal int")
+    return int(digits)
+
+
+def _builtin_bases(error):
+    return [c.__name__ for c in type(error).__mro__ if vars(builtins).get(c.__name__) is c]
+
+
+class Talk:
+    """The judge's side of HARNESS, over the sandbox's pipes."""
+
+    def __init__(self, pipes):
+        self.pipes, self.failed = pipes, None
+        self.callbacks, self.numbers = [], {}  # the test's callables given to the program, by id()
+
+    def fail(self, why):
+        self.failed = self.failed or why
+        raise Failed(why)
+
+    def exchange(self, message):
+        """Sends one message -> the program's next one: its reply, or a callback."""
+        stopped = self.pipes.pump(json.dumps(message).encode() + b"\n", line=True)
+        if stopped or b"\n" not in self.pipes.stdout:
+            self.fail(f"the program's process {stopped or 'ended'}")
+        line, _, self.pipes.stdout[:] = self.pipes.stdout.partition(b"\n")
+        try:
+            reply = json.loads(line, parse_int=_short_int)
+        except (ValueError, RecursionError):
+            reply = None
+        if not (type(reply) is list and reply and type(reply[0]) is str):
+            self.fail("a reply that is not the protocol's")
+        return reply
+
+    def ask(self, *message, arguments=None):
+        """A request -> its reply's value, the program's callbacks served meanwhile. arguments: a
+        call's, by position and name: the program may have changed them in place."""
+        reply = self.exchange(list(message))
+        while reply[0] == "callback":
+            reply = self.exchange(self.run_callback(*reply[1:]))
+        kind, fields = reply[0], reply[1:]
+        if kind not in ("value", "raised", "stop"):
+            self.fail(f"{fields[:1]}" if kind == "fail" else "a reply that is not the protocol's")
+        try:
+            if kind == "value":
+                value = self.decode(fields[0])
+                for key, new in fields[1]:
+                    update(arguments[key], self.decode(new))
+                return value
+            error = StopIteration() if kind == "stop" else self.raised(*fields)
+        except (Failed, MemoryError):
+            raise
+        except Exception:
+            self.fail("a reply that is not the protocol's")
+        raise error
+
+    def call(self, handle, args, kwargs):
+        message = ["call", handle, self.carried(enumerate(args)), self.carried(kwargs.items())]
+        return self.ask(*message, arguments={**dict(enumerate(args)), **kwargs})
+
+    def carried(self, arguments):
+        """What the test passes, as data; a value that cannot be carried fails for good."""
+        try:
+            return [[k, encode(v, self.refer, [ARGUMENTS_ROOM])] for k, v in arguments]
+        except BufferError as e:
+            self.fail(f"the test's value: {e}")
+
+    def refer(self, value):  # what the test passes that is not data
+        if isinstance(value, Remote):
+            return {"ref": value._Remote__handle}
+        if callable(value):  # a function of the test's: the program calls it back here
+            if id(value) not in self.numbers:
+                self.numbers[id(value)] = len(self.callbacks)
+                self.callbacks.append(value)
+            return {"callback": self.numbers[id(value)]}
+        self.fail(f"the test passes a {type(value).__name__}, which no program can be given")
+
+    def run_callback(self, number, args, kwargs):
+        """The program calls a callable the test gave it: run here on what the program passed."""
+        try:
+            function = self.callbacks[number]
+            args, kwargs = [self.decode(a) for _, a in args], {k: self.decode(v) for k, v in kwargs}
+        except (Failed, MemoryError):
+            raise
+        except Exception:
+            self.fail("a callback that is not the protocol's")
+        try:
+            value = function(*args, **kwargs)
+        except Exception as error:
+            return ["raise", _builtin_bases(error)]
+        return ["return", self.carried([(0, value)])[0][1]]
+
+    def decode(self, data):
+        return decode(data, self.resolve)
+
+    def resolve(self, tag, payload):
+        kinds = {"object": Remote, "function": RemoteFunction, "iterator": RemoteIterator}
+        if tag in kinds and type(payload) is int:
+            return kinds[tag](self, payload)
+        if tag == "builtin" and isinstance(getattr(builtins, payload), type):  # never a function
+            return getattr(builtins, payload)
+        raise ValueError(f"no value is tagged {tag!r}")
+
+    def raised(self, names, args):
+        """The exception the program raised, as its nearest builtin base; a BaseException (an exit,
+        KeyboardInterrupt) fails for good."""
+        for name in names:
+            error = getattr(builtins, name, None)
+            if not (isinstance(error, type) and issubclass(error, BaseException)):
+                continue
+            if not issubclass(error, Exception):
+                self.fail(f"the program raised {name}")
+            if issubclass(error, (StopIteration, StopAsyncIteration)):  # it would end a map() early
+                return RuntimeError(f"the program raised {name}")  # as PEP 479 has a generator do
+            for arguments in (self.decode(args), ()):
+                with suppress(Exception):
+                    return error(*arguments)
+        return RuntimeError("the program raised")
+
+
+def update(old, new):
+    """The test's argument made, in place, what the program made of it (its contents too)."""
+    if type(old) is not type(new):
+        return new
+    if isinstance(old, tuple):  # the tuple stays; what it holds may have changed
+        for o, n in zip(old, new):
+            update(o, n)
+    elif isinstance(old, list):
+        old[:] = [update(o, n) for o, n in zip(old, new)] + new[len(old):]
+    elif isinstance(old, dict):
+        mapping = {k: update(old[k], v) if k in old else v for k, v in new.items()}
+        old.clear()
+        dict.update(old, mapping)  # Counter.update would add
+    elif isinstance(old, (set, deque)):
+        old.clear()
+        old.update(new) if isinstance(old, set) else old.extend(new)
+    elif isinstance(old, bytearray):
+        old[:] = new
+    else:
+        return new
+    return old
+
+
+def same_as_json(value, expected):
+    """A call test's comparison: Python's ==, but the expected value came from JSON, which has no
+    tuple (a tuple equals the list it is written as) and only string keys (a key equals what
+    json.dumps writes: 1 equals "1"; 1 and "1" together equal nothing). A set is never a list."""
+    if type(expected) is list:
+        return (isinstance(value, (list, tuple)) and len(value) == len(expected)
+                and all(map(same_as_json, value, expected)))
+    if type(expected) is dict:
+        if not isinstance(value, dict):
             return False
-        if fn_name is None and test is None:  # a process per test, lazily: the first fail ends it
-            return all(r.returncode == 0 and r.stdout.decode(errors="replace").split() == t["output"].split()
-                       for t in tests for r in [run(["-c", program], t["input"].encode(), timeout)])
-        script, names = assert_plan(test, entry_point) if test is not None else (None, ())
-        with Sandboxed(["-c", HARNESS, program], timeout) as process:
-            if fn_name is not None:
-                function = _value(process, ("get", 0, fn_name))
-                return all(as_json(function(*t["input"])) == as_json(t["output"]) for t in tests)
-            namespace = {}
-            for name in names:
-                with suppress(KeyError):  # not the program's: the test fails on it
-                    namespace[name] = _value(process, ("get", 0, name))
-            exec(compile(script, "<test>", "exec", optimize=0), namespace)  # asserts run under python -O too
-            return True
-    except Exception:  # malformed tests, values that are not literals, a process that died, ...: a fail
+        written = lambda k: json.dumps(k) if isinstance(k, (int, float)) or k is None else k
+        keys = {written(k): v for k, v in value.items()}
+        return (len(keys) == len(value) == len(expected)
+                and all(k in keys and same_as_json(keys[k], v) for k, v in expected.items()))
+    return value == expected
+
+
+def _verdict(pipes, job):
+    """A call- or assert-style job, in a worker: the program's names fetched, the test run here."""
+    talk = Talk(pipes)
+    try:
+        namespace = {}
+        if job["prelude"]:  # the prompt's helpers are its own here: the program cannot change them
+            exec(compile(job["prelude"], "<prompt>", "exec"), namespace)
+        for name in job["names"]:  # the program supplies them all, or fails
+            namespace[name] = talk.ask("get", 0, name)
+        if job["fn_name"]:
+            function = namespace[job["fn_name"]]
+            passed = all(same_as_json(function(*t["input"]), t["output"]) for t in job["tests"])
+        else:
+            exec(compile(job["script"], "<test>", "exec", optimize=0), namespace)  # under -O too
+            passed = True
+        return passed and not talk.failed
+    except MemoryError:
+        raise
+    except BaseException:  # a failed assert or call, a test that raised, ...: a fail
         return False
 
 
-# a test may mean these without importing them
-STDLIB_NAMES = {n for m in ("collections", "fractions", "decimal", "functools") for n in dir(__import__(m))
-                if not n.startswith("_")} | {"isclose", "inf", "nan", "pi", "sqrt"}
+def serve(fd):
+    """A judge worker's life: a job (pickled) and the sandbox's stdin and stdout come over the
+    socket `fd`; its verdict goes back, one byte. It ends with the trainer, or out of memory."""
+    sandbox.undumpable()  # a program run as our user (no root) cannot read the expected values
+    hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+    memory = JUDGE_MEMORY if hard == resource.RLIM_INFINITY else min(JUDGE_MEMORY, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    getattr(sys, "set_int_max_str_digits", abs)(0)  # the test's ints, as before Python 3.11
+    trainer = socket.socket(fileno=fd)
+    while True:
+        header, fds, _, _ = socket.recv_fds(trainer, 8, 2)
+        while 0 < len(header) < 8:
+            header += trainer.recv(8 - len(header))
+        if not header:
+            return
+        size, payload = int.from_bytes(header, "little"), bytearray()
+        while len(payload) < size and (chunk := trainer.recv(size - len(payload))):
+            payload += chunk
+        job = pickle.loads(payload)
+        with open(fds[0], "wb", buffering=0) as stdin, open(fds[1], "rb", buffering=0) as stdout:
+            pipes = Pipes(stdin, stdout, None, job["deadline"])
+            pipes.cap = 2 * REPLY_CAP
+            try:
+                verdict = _verdict(pipes, job)
+            except MemoryError:
+                os._exit(1)  # no verdict: the trainer replaces this worker
+        trainer.sendall(b"1" if verdict else b"0")
+
+# -----------------------------------------------------------------------------
+# what a test may use, decided when it is loaded
+
+
+def entry_points(entry_point):
+    """None, "f", "f, g" or ["f", "g"] -> a tuple of the names the program supplies."""
+    if entry_point is None:
+        return ()
+    names = entry_point.split(",") if isinstance(entry_point, str) else entry_point
+    names = [n.strip() if isinstance(n, str) else "" for n in names] if type(names) is list else []
+    if not names or not all(n.isidentifier() and not keyword.iskeyword(n) for n in names):
+        raise ValueError("entry_point must name the program's function: an identifier, or several "
+                         f"(a list, or 'f, g'), got {entry_point!r}")
+    return tuple(names)
+
+
+def prelude_of(prompt):
+    """The prompt as code the program and the test build on (HumanEval's imports, helpers, stub), or
+    None: only a prompt that parses as Python, defines a function or class and does nothing else."""
+    try:
+        body = ast.parse(prompt).body
+    except (SyntaxError, ValueError, TypeError):
+        return None
+    definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    quiet = (*definitions, ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign)
+    docstring = lambda n: isinstance(n, ast.Expr) and isinstance(getattr(n.value, "value", 0), str)
+    defines = any(isinstance(n, definitions) for n in body)
+    return prompt if defines and all(isinstance(n, quiet) or docstring(n) for n in body) else None
+
+
+def _bound(table):
+    return {s.get_name() for s in table.get_symbols()
+            if s.is_assigned() or s.is_imported() or s.is_namespace()}
+
+
+def _helpers(prelude):
+    """What a prelude gives the test: the names it binds but its stubs (a def of a docstring or pass
+    alone), which are the program's to write."""
+    if not prelude:
+        return set()
+    empty = lambda s: isinstance(s, ast.Pass) or isinstance(getattr(s, "value", None), ast.Constant)
+    stubs = {n.name for n in ast.parse(prelude).body
+             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and all(map(empty, n.body))}
+    return _bound(symtable.symtable(prelude, "<prompt>", "exec")) - stubs
+
+
+def assert_plan(test, entry_point=None, prelude=None):
+    """-> (the script an assert-style test runs, the names the program supplies), or a one-line
+    ValueError. A name the test reads is a builtin, its own, the prompt's (prelude) or the
+    program's: the entry point, or (none given) the one name left; several left are refused."""
+    return _plan(test, entry_points(entry_point), prelude)
+
+
+def _carriable(tree, names, prelude):
+    """Refuses what a test passes the program that no program can be given, where it shows: a
+    generator, or an object of a class of the test's or the prompt's (the program's is its own)."""
+    classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    classes |= {n.name for n in ast.parse(prelude or "").body if isinstance(n, ast.ClassDef)}
+    check = next((n for n in tree.body if getattr(n, "name", "") == "check"), None)
+    callees = {*names, *([check.args.args[0].arg] if check and check.args.args else [])}
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and getattr(call.func, "id", None) in callees:
+            for arg in [*call.args, *(k.value for k in call.keywords)]:
+                made = isinstance(arg, ast.Call) and getattr(arg.func, "id", None) in classes
+                if made or isinstance(arg, ast.GeneratorExp):
+                    raise ValueError(f"the test passes {ast.unparse(arg)[:40]!r} to the program, "
+                                     "which cannot be given it (pass data, or a function)")
 
 
 @lru_cache(maxsize=10_000)
-def assert_plan(test, entry_point=None):
-    """-> (the script an assert-style test runs, the names the program supplies), or a one-line ValueError."""
-    if entry_point is not None and not (isinstance(entry_point, str) and entry_point.isidentifier()):
-        raise ValueError(f"entry_point must be a Python identifier, got {entry_point!r}")
+def _plan(test, names, prelude):
     tree = ast.parse(test)
-    functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    functions = {n.name: n for n in tree.body
+                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     module_level = [n for n in tree.body if n not in functions.values()]
     called = {n.id for node in module_level for n in ast.walk(node) if isinstance(n, ast.Name)}
-    # HumanEval's check(candidate) is called with the entry point, pytest's test_* functions are called
+    # HumanEval's check(candidate) is called with the entry point; pytest's test_* functions too
     uncalled = [name for name in functions if name not in called]
-    calls = [f"check({entry_point})"] if entry_point and "check" in uncalled else []
-    script = "\n".join([test, *calls, *(f"{name}()" for name in uncalled if name.startswith("test_"))])
-    # the names the script binds, and those it reads but never binds in any of its scopes, builtins aside
+    calls = [f"check({names[0]})"] if names and "check" in uncalled else []
+    tests = [f"{name}()" for name in uncalled if name.startswith("test_")]
+    script = "\n".join([test, *calls, *tests])
+    # the names the script binds, and those it reads but never binds in any of its scopes
     tables = [top := symtable.symtable(script, "<test>", "exec")]
     for table in tables:  # the list grows as it goes: every scope, however deep
         tables += table.get_children()
-    bound = {s.get_name() for s in top.get_symbols()
-             if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    bound = _bound(top)
     free = {s.get_name() for table in tables for s in table.get_symbols()
             if s.is_referenced() and (table is top or s.is_global())} - bound - set(dir(builtins))
-    if entry_point in bound:
-        raise ValueError(f"the test defines the entry point {entry_point!r} itself")
-    for name in sorted(free - {entry_point}):
+    given = _helpers(prelude)
+    if set(names) & bound:
+        raise ValueError(f"the test defines the entry point {min(set(names) & bound)!r} itself")
+    unknown = sorted(free - given - set(names))
+    for name in unknown:
         if name in sys.stdlib_module_names:
             raise ValueError(f"the test uses the module {name!r} without importing it")
-        if entry_point is not None:
-            raise ValueError(f"the test uses {name!r}, which it never binds "
-                             "(only the entry point is the program's)")
-        if name in STDLIB_NAMES:
-            raise ValueError(f"the test uses {name!r} without importing it "
-                             "(or name the program's in entry_point)")
-    # the program supplies the entry point alone, or (none given) every name the test reads and never binds
-    names = {entry_point} if entry_point else free
-    # the nodes the script runs: its module level (the test's, then the calls added to it) and, each once, the
-    # top-level functions it names, called or passed on (check(square) runs check), transitively
+    if len(unknown) > 1 and not names:
+        raise ValueError(f"the test uses {' and '.join(map(repr, unknown))} without importing or "
+                         "defining them: name the program's in 'entry_point' (a list, or 'f, g')")
+    if unknown and names:
+        raise ValueError(f"the test uses {unknown[0]!r}, which it never binds or imports "
+                         "(only the entry point is the program's)")
+    names = names or tuple(unknown)
+    _carriable(tree, names, prelude)
+    # the nodes the script runs: its module level (the test's, then the calls added to it) and, each
+    # once, the top-level functions it names, called or passed on (check(square) runs check)
     todo, reached = module_level + ast.parse(script).body[len(tree.body):], []
     for statement in todo:  # the list grows as functions are reached
         for node in ast.walk(statement):
             reached.append(node)
             if isinstance(node, ast.Name) and node.id in functions:
                 todo.append(functions.pop(node.id))
-    if not names & {n.id for n in reached if isinstance(n, ast.Name)}:
+    if not set(names) & {n.id for n in reached if isinstance(n, ast.Name)}:
         raise ValueError("the test calls no function of the program: "
                          "it would pass a program that defines nothing")
     if not any(isinstance(n, (ast.Assert, ast.Raise)) for n in reached):
         raise ValueError("the test asserts nothing")
-    return script, tuple(sorted(names))
+    return script, names
+
+# -----------------------------------------------------------------------------
+# the trainer's side: judge workers, a verdict per job
 
 
-_pool = lru_cache(maxsize=None)(lambda workers: ThreadPoolExecutor(workers, thread_name_prefix="sandbox"))
+class Worker:
+    """A judge worker process (serve): gets a job and the sandbox's pipes, answers a byte."""
+
+    def __init__(self):
+        ours, theirs = socket.socketpair()
+        here = os.path.dirname(os.path.abspath(__file__))
+        main = (f"import sys\nsys.path.insert(0, {here!r})\n"
+                f"import judge\njudge.serve({theirs.fileno()})")
+        with theirs:
+            self.proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", main],
+                                         pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, start_new_session=True)
+        self.socket = ours
+
+    def judge(self, job, process):
+        """The verdict on a job whose program runs in `process` -> True | False, or None: the worker
+        died, or overran the sandbox's deadline by MARGIN (stop it)."""
+        payload = pickle.dumps(dict(job, deadline=process.deadline))
+        pipes = [process.stdin.fileno(), process.proc.stdout.fileno()]
+        left = lambda: max(process.deadline + MARGIN - time.monotonic(), 0.001)
+        try:
+            self.socket.settimeout(left())
+            socket.send_fds(self.socket, [len(payload).to_bytes(8, "little")], pipes)
+            self.socket.sendall(payload)
+            self.socket.settimeout(left())
+            verdict = self.socket.recv(1)
+        except OSError:  # it died, or overran (socket.timeout)
+            verdict = b""
+        return {b"1": True, b"0": False}.get(verdict)
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.socket.close()
+
+
+# Workers live while a passes() or a score_many() batch is under way: the last to end stops the
+# idle ones, so no process outlives the batch that needed it (the next starts them, ~50 ms each)
+_idle, _held, _lock = [], [0], threading.Lock()
+
+
+def _hold(n):
+    """+1: judging starts; -1: it ends, and the last to end stops the idle workers."""
+    with _lock:
+        _held[0] += n
+        stopping = [] if _held[0] else _idle[:]
+        _idle[:] = _idle if _held[0] else []
+    for worker in stopping:
+        worker.stop()
+
+
+def _judged(job, program, timeout):
+    with _lock:
+        worker = _idle.pop() if _idle else None
+    verdict = False
+    try:
+        worker = worker or Worker()
+        args = ["-X", "int_max_str_digits=0", "-c", HARNESS, program, job["prelude"] or ""]
+        with Sandboxed(args, timeout) as process:
+            verdict = worker.judge(job, process)
+    finally:
+        if worker and verdict is None:  # it died or overran: a fresh one next time
+            worker.stop()
+        elif worker:
+            with _lock:
+                _idle.append(worker)
+    return bool(verdict)
+
+
+def passes(program, tests=(), fn_name=None, test=None, entry_point=None, prelude=None,
+           timeout=TIMEOUT):
+    """True when the program passes every test: stdin/stdout (a process each, judged here), call-
+    or assert-style (one process, judged by a worker; prelude: the prompt's code, run first)."""
+    _hold(1)
+    try:
+        if not tests and not test:
+            return False
+        if fn_name is None and test is None:  # a process per test, lazily: the first fail ends it
+            args = ["-X", "int_max_str_digits=0", "-c", program]
+            return all(r.returncode == 0 and r.stdout.decode(errors="replace").split()
+                       == t["output"].split() for t in tests
+                       for r in [run(args, t["input"].encode(), timeout)])
+        plan = assert_plan(test, entry_point, prelude) if test is not None else (None, (fn_name,))
+        job = dict(tests=tests, fn_name=fn_name, script=plan[0], names=plan[1], prelude=prelude)
+        return _judged(job, program, timeout)
+    except Exception:  # malformed tests, a refused test, no sandbox, ...: a fail
+        return False
+    finally:
+        _hold(-1)
+
+
+_pool = lru_cache(maxsize=None)(lambda n: ThreadPoolExecutor(n, thread_name_prefix="sandbox"))
 
 
 def score_many(jobs, workers=WORKERS):
-    """[dict(program=..., tests=..., fn_name=... | test=...), ...] -> bools in order, from a pool."""
-    return _pool(workers).map(lambda job: passes(**job), jobs)
+    """[dict(program=..., tests=..., fn_name=... | test=...), ...] -> bools in order (a pool)."""
+    jobs = list(jobs)
+    left = [len(jobs)]
+    if jobs:
+        _hold(1)  # the batch keeps its workers until its last job ends
+
+    def one(job):
+        try:
+            return passes(**job)
+        finally:
+            with _lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                _hold(-1)
+    return _pool(workers).map(one, jobs)

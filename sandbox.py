@@ -206,8 +206,8 @@ _slot = threading.local()
 
 def _worker():
     """This thread's (uid no other worker holds, memory cgroup or None, why none); not root: uid -1."""
-    if os.geteuid() != 0:  # programs run as our user: PR_SET_DUMPABLE 0 first
-        _prctl(4, *_ZERO)
+    if os.geteuid() != 0:  # programs run as our user
+        undumpable()
         return -1, None, "not root"
     if not hasattr(_slot, "uid"):
         for uid in range(FIRST_UID, FIRST_UID + 10_000):
@@ -237,11 +237,57 @@ def _worker():
     return (_slot.uid, *_slot.cgroup)
 
 
+def undumpable():
+    """PR_SET_DUMPABLE 0: a program run as our user (no root) cannot read our memory or /proc files."""
+    _prctl(4, *_ZERO)
+
+
 Run = namedtuple("Run", "returncode stdout stderr timed_out overflowed", defaults=(b"", b"", False, False))
 # returncode None: it never ran, or was killed at the deadline (timed_out) or past the output cap (overflowed)
 
 
-class Sandboxed(AbstractContextManager):
+class Pipes:
+    """A process's stdin (a file to write), stdout and stderr (files to read, or None) and a deadline
+    (time.monotonic(): one clock for all processes of the machine); pump() feeds and reads them."""
+
+    cap = OUTPUT_CAP  # bytes a stream may hold unread: more is a fail
+
+    def __init__(self, stdin, stdout, stderr, deadline):
+        self.stdin, self.deadline = stdin, deadline
+        self.stdout, self.stderr = bytearray(), bytearray()
+        # the streams still open
+        streams = ((stdout, self.stdout), (stderr, self.stderr))
+        self.reading = {f: buffer for f, buffer in streams if f}
+
+    def pump(self, data=b"", line=False):
+        """Feed `data` to stdin, reading stdout and stderr, until stdout holds a line (line) or all close."""
+        data, stdin = memoryview(data), self.stdin
+        with selectors.DefaultSelector() as selector:
+            for stream in [*self.reading, *([stdin] if data else [])]:
+                selector.register(stream, selectors.EVENT_WRITE if stream is stdin else selectors.EVENT_READ)
+            while data or self.reading and not (line and b"\n" in self.stdout):
+                if not (data or line):
+                    stdin.close()
+                if time.monotonic() > self.deadline:
+                    return "timed out"
+                for key, _ in selector.select(self.deadline - time.monotonic()):
+                    if key.fileobj is stdin:
+                        # at most PIPE_BUF bytes: one free slot of the pipe, which select promised, takes them
+                        written = len(data)  # BrokenPipeError: it stopped reading, what it wrote is judged
+                        with suppress(BrokenPipeError):
+                            written = os.write(key.fd, data[:4096])
+                        if not (data := data[written:]):
+                            selector.unregister(stdin)
+                    elif chunk := os.read(key.fd, 1 << 16):
+                        self.reading[key.fileobj] += chunk
+                        if len(self.reading[key.fileobj]) > self.cap:
+                            return "overflowed"
+                    else:
+                        selector.unregister(key.fileobj)
+                        del self.reading[key.fileobj]
+
+
+class Sandboxed(Pipes, AbstractContextManager):
     """`python -I -S -B *args` in the sandbox; leaving the context kills all it started and cleans up."""
 
     def __init__(self, args, timeout=TIMEOUT, python=None, full=None):
@@ -264,9 +310,8 @@ class Sandboxed(AbstractContextManager):
         except BaseException:  # nothing started
             shutil.rmtree(self.run_dir, ignore_errors=True)
             raise
-        self.stdout, self.stderr, self.deadline = bytearray(), bytearray(), time.monotonic() + timeout
-        # the streams still open
-        self.reading = {self.proc.stdout: self.stdout, self.proc.stderr: self.stderr}
+        deadline = time.monotonic() + timeout
+        super().__init__(self.proc.stdin, self.proc.stdout, self.proc.stderr, deadline)
 
     def __exit__(self, *_):
         # not reaped yet, so its pid and process group are this run's. Full isolation: its helper kills
@@ -274,33 +319,6 @@ class Sandboxed(AbstractContextManager):
         with self.proc, suppress(OSError):  # then Popen's exit closes the pipes and reaps it
             self.proc.terminate() if self.full else os.killpg(self.proc.pid, signal.SIGKILL)
         shutil.rmtree(self.run_dir, ignore_errors=True)
-
-    def pump(self, data=b"", line=False):
-        """Feed `data` to stdin, reading stdout and stderr, until stdout holds a line (line) or all close."""
-        data, stdin = memoryview(data), self.proc.stdin
-        with selectors.DefaultSelector() as selector:
-            for stream in [*self.reading, *([stdin] if data else [])]:
-                selector.register(stream, selectors.EVENT_WRITE if stream is stdin else selectors.EVENT_READ)
-            while data or self.reading and not (line and b"\n" in self.stdout):
-                if not (data or line):
-                    stdin.close()
-                if time.monotonic() > self.deadline:
-                    return "timed out"
-                for key, _ in selector.select(self.deadline - time.monotonic()):
-                    if key.fileobj is stdin:
-                        # at most PIPE_BUF bytes: one free slot of the pipe, which select promised, takes them
-                        written = len(data)  # BrokenPipeError: it stopped reading, what it wrote is judged
-                        with suppress(BrokenPipeError):
-                            written = os.write(key.fd, data[:4096])
-                        if not (data := data[written:]):
-                            selector.unregister(stdin)
-                    elif chunk := os.read(key.fd, 1 << 16):
-                        self.reading[key.fileobj] += chunk
-                        if len(self.reading[key.fileobj]) > OUTPUT_CAP:
-                            return "overflowed"
-                    else:
-                        selector.unregister(key.fileobj)
-                        del self.reading[key.fileobj]
 
 
 def run(args, stdin=b"", timeout=TIMEOUT, python=None, full=None):

@@ -1,9 +1,11 @@
 """
 Benchmark (not a test): what scoring a batch of math completions costs, as train.py scores one (rewards.score),
 in the main thread and in a worker thread, for 256 adversarial answers (towers of powers, huge powers, deep
-nesting, long hedges, unevaluated arithmetic) and 256 honest ones, each against numeric and symbolic gold:
+nesting, long hedges, unevaluated arithmetic) and 256 honest ones, each against numeric and symbolic gold.
+Then what a judge call costs the trainer (time, its peak memory) for the worst replies a program
+can give: colliding hashes, a 1 MiB literal, deep nesting (judge.py decodes them in a worker):
 
-    python benchmarks/rewards.py      # one line per batch, then one JSON line of every figure
+    python benchmarks/rewards.py      # a line per batch and worst reply, then a JSON line of all
 """
 
 import json
@@ -13,6 +15,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import judge  # noqa: E402
 import rewards  # noqa: E402
 from data import Prompt  # noqa: E402
 
@@ -29,6 +32,41 @@ def batch(cases, n=256):
     """n (prompt, completion) pairs from (gold, answer) cases in turn."""
     return [(Prompt(f"x:{i}", "", [], gold, domain="math"), answer) for i, (gold, answer) in
             zip(range(n), cases * n)]
+
+
+# the replies that held the trainer before judge.py decoded them in a worker (39-112 s, ~490 MiB):
+# the program's values, and bytes it writes on the harness's reply descriptor (answering "get f")
+FORGED = ("import os\nfor fd in range(3, 10):\n    try:\n        os.write(fd, {})\n"
+          "    except OSError:\n        pass\ndef f():\n    return 1\n")
+COLLIDING = ("""b'["value", {"set": [' + b", ".join(b'{"int": "%s"}' % """
+             """hex(k * (2 ** 61 - 1)).encode() for k in range(40000)) + b']}, []]\\n'""")
+WORST_REPLIES = {
+    "colliding-hash set": "class H(int):\n    __hash__ = lambda self: id(self)\n"
+                          "def f():\n    return {H(k * (2 ** 61 - 1)) for k in range(50000)}",
+    "colliding-hash set, forged": FORGED.format(COLLIDING),
+    "1 MiB literal": "def f():\n    return [[1]] * 209000",  # just under the cap: decoded whole
+    "1 MiB literal, forged":
+        FORGED.format("""b'["value", [' + b"[1], " * 209000 + b'1], []]\\n'"""),
+    "deep nesting":
+        "def f():\n    x = 0\n    for _ in range(100000):\n        x = [x]\n    return x",
+    "deep nesting, forged": FORGED.format('b"[" * (1 << 20) + b"\\n"'),
+}
+
+
+def peak_rss_reset():
+    """Linux: this process's peak resident memory (VmHWM) reset -> a function: the peak since."""
+    open("/proc/self/clear_refs", "w").write("5")
+    return lambda: int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) * 1024
+
+
+def judge_call(program, n=3):
+    """-> (seconds a judge call, the trainer's peak memory growth in MiB) over n calls."""
+    test = "try:\n    x = len(f())\nexcept Exception:\n    x = -1\nassert x > 0"
+    peak = peak_rss_reset()
+    before, start = peak(), time.perf_counter()
+    for _ in range(n):
+        judge.passes(program, test=test)
+    return (time.perf_counter() - start) / n, (peak() - before) / 2 ** 20
 
 
 def timed(pairs, in_thread):
@@ -52,4 +90,10 @@ if __name__ == "__main__":
             seconds, paid = timed(batch(answers), where == "thread")
             figures[f"{name}_{where}_s"] = round(seconds, 2)
             print(f"{name:>11} x 256, {where} thread: {seconds:6.2f} s, {paid} paid")
+    judge.passes("def f():\n    return 1", test="assert f() == 1")  # the sandbox's probe, not timed
+    for name, program in WORST_REPLIES.items():
+        seconds, grown = judge_call(program)
+        key = "judge_" + name.replace(",", "").replace(" ", "_")
+        figures[key] = dict(seconds=round(seconds, 3), trainer_mib=round(grown, 1))
+        print(f"{name:>27}: {seconds:6.3f} s a judge call, trainer's peak memory +{grown:.1f} MiB")
     print(json.dumps(figures))
