@@ -203,20 +203,40 @@ AttentionMaskInterface.register("sdpa_decode", sdpa_mask)  # its masks are sdpa'
 
 def sample_tokens(logprobs, generator, block=1024):
     """(B, V) log-probs -> (B, 1) tokens, inverse CDF: a block of entries by its mass, then a token of it."""
+    return inverse_cdf(logprobs.exp(), generator, block)
+
+
+def inverse_cdf(weights, generator, block=1024):
+    """(B, V) weights (probabilities, unnormalised) -> (B, 1) tokens drawn in proportion."""
     # p(block) x p(token) / p(block) = p(token), from two uniforms a row, where torch.multinomial draws an
     # exponential per entry (a quarter of a Qwen decode step on 2 CPU cores: 152k entries a row) and a cumsum
     # of the whole row in fp64 costs a sixth; a block's mass is summed in fp32 (relative error ~1e-6)
-    probs = logprobs.exp()
-    V = probs.shape[1]
-    masses = torch.stack([probs[:, i:i + block].sum(-1) for i in range(0, V, block)], 1)  # (B, blocks)
-    u = torch.rand(len(probs), 2, dtype=torch.float64, device=probs.device, generator=generator)
+    B, V = weights.shape
+    full = V // block * block  # the whole blocks' entries, then a ragged last block's, if any
+    masses = weights[:, :full].view(B, -1, block).sum(-1)  # (B, blocks)
+    masses = torch.cat([masses, weights[:, full:].sum(-1, keepdim=True)], 1) if full < V else masses
+    u = torch.rand(B, 2, dtype=torch.float64, device=weights.device, generator=generator)
 
     def draw(weights, u):  # the first entry whose CDF (fp64) passes u x the total
         cdf = weights.cumsum(-1, dtype=torch.float64)
         return torch.searchsorted(cdf, u[:, None] * cdf[:, -1:], right=True).clamp_(max=cdf.shape[1] - 1)
-    index = draw(masses, u[:, 0]) * block + torch.arange(block, device=probs.device)  # (B, block)
-    entries = probs.gather(1, index.clamp(max=V - 1)) * (index < V)  # a ragged last block's overhang weighs 0
+    index = draw(masses, u[:, 0]) * block + torch.arange(block, device=weights.device)  # (B, block)
+    # a ragged last block's overhang weighs 0
+    entries = weights.gather(1, index.clamp(max=V - 1)) * (index < V)
     return index.gather(1, draw(entries, u[:, 1]))  # (B, 1)
+
+
+def draw_tokens(logits, generator):
+    """(B, V) fp32 logits / temperature, overwritten -> (B, 1) tokens from their softmax and
+    (B,) their log-probs."""
+    # exp(logits - max) in the logits' own buffer: a fresh (B, V) fp32 tensor cost ~25 ms of page
+    # faults at 192 rows here, a pass ~10 ms (log_softmax, its exp, a slice a block: 34 ms a step;
+    # this 29)
+    weights = logits.sub_(logits.amax(-1, keepdim=True)).exp_()  # (B, V), the largest 1
+    tokens = inverse_cdf(weights, generator)
+    # log p = log(w / sum w): the trainer's logit - logsumexp to 1e-6 (log(exp(x)) is x to an ulp
+    # of 1; log_softmax's was 4e-5 from it, Qwen's head)
+    return tokens, weights.gather(1, tokens)[:, 0].log() - weights.sum(-1).log()
 
 
 class TorchSampler(Sampler):
@@ -266,9 +286,8 @@ class TorchSampler(Sampler):
         # the head is cast once per version of the weights (a bf16 model's: 15% of a step)
         self.head = head_weight(self.model, self.fp32_head) if self.head is None else self.head
         logits = lm_head_logits(self.model, hidden, self.temperature, self.fp32_head, self.head)
-        logprobs = torch.log_softmax(logits, -1)
-        sampled = sample_tokens(logprobs, self.generator)  # (B, 1)
-        sampled_logprobs = logprobs.gather(1, sampled)[:, 0].tolist()  # CPU-GPU sync, once per step
+        sampled, logprobs = draw_tokens(logits, self.generator)  # (B, 1), (B,)
+        sampled_logprobs = logprobs.tolist()  # CPU-GPU sync, once per step
         running = [s.completion.finish_reason is None for s in self.rows]
         n = sum(r and not s.forced for r, s in zip(running, self.rows))
         for seq, token, logprob, r in zip(self.rows, sampled[:, 0].tolist(), sampled_logprobs, running):

@@ -41,14 +41,13 @@ DEFAULTS = dict(batch=64, new_tokens=64, prompt_len=16, repeats=3, device="cpu",
 def decoding_as_before(model):
     """The decode step before the grouped decode attention and the inverse-CDF draw: sdpa,
     torch.multinomial."""
-    draw = sample.sample_tokens
+    draw = sample.inverse_cdf  # the decode draws through it (sample.draw_tokens)
     model.set_attn_implementation("sdpa")
-    sample.sample_tokens = lambda logprobs, generator: torch.multinomial(logprobs.exp(), 1,
-                                                                         generator=generator)
+    sample.inverse_cdf = lambda weights, generator: torch.multinomial(weights, 1, generator=generator)
     try:
         yield
     finally:
-        sample.sample_tokens = draw
+        sample.inverse_cdf = draw
         model.set_attn_implementation("sdpa_decode")
 
 
