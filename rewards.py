@@ -83,7 +83,8 @@ MATH_SPAN = re.compile(r"\$+([^$]+)\$+|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 UNWRAP = re.compile(r"\\(?:text|textbf|textrm|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
 SEPARATOR = re.compile(r"(?<=\d)(?:\{,\}|\\[,!;: ]|[\u2009\u202f\u00a0\u2007'])(?=\d{3}(?!\d))")
 FRAC = re.compile(r"(-?)\\[dt]?frac\s*(?:\{\s*(-?\d+)\s*\}|(\d))\s*(?:\{\s*(-?\d+)\s*\}|(\d))")
-# formatting that is not the answer: $ and \$, \( \) \[ \], \left \right, LaTeX spaces, degrees, braces, **bold**
+# formatting that is not the answer: $ and \$, \( \) \[ \], \left \right, LaTeX spaces, degrees, braces,
+# **bold**
 DROP = re.compile(r"\\\$|\$|\\[()\[\]]|\\left|\\right|\\[,;:! ]|\\q?quad|\^\s*\{?\s*\\circ\s*\}?|°|[{}]"
                   r"|\*\*")
 TOKEN = re.compile(r"""(?P<ratio>-?\d+/-?\d+(?![\d.,/]))

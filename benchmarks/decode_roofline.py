@@ -35,6 +35,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402
+from step_roofline import wrap  # noqa: E402  (record_function around a method, undone after)
 import loss  # noqa: E402
 import sample  # noqa: E402
 from policy import resolve_dtype  # noqa: E402
@@ -89,17 +90,6 @@ def make_sampler(model, rows, context, seed=0):
         s.add(p, [rng.randrange(100, model.config.vocab_size) for _ in range(n)], 8)
     s.step()  # the prefill and the first token
     return s
-
-
-def wrap(owner, name, label):
-    """owner.name runs inside record_function(label); -> a function that undoes it."""
-    original = getattr(owner, name)
-
-    def wrapped(*args, **kwargs):
-        with record_function(label):
-            return original(*args, **kwargs)
-    setattr(owner, name, wrapped)
-    return lambda: setattr(owner, name, original)
 
 
 def part_of(event, labels):
