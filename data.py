@@ -1,4 +1,5 @@
-"""RL tasks: the built-in task, JSONL math and code rows (README), held-out splits, No-Positive-Resampling.
+"""RL tasks: the built-in task, JSONL rows of every reward kind (rewards.KINDS: math, code; README), each
+row's kind decided once as it is read, held-out splits, No-Positive-Resampling.
 
     python data.py --data=FILE.jsonl    # check a JSONL dataset: its size, or its first error
 """
@@ -7,17 +8,16 @@ import os
 import random
 import re
 import sys
-from collections import namedtuple
+from collections import Counter, namedtuple
 from dataclasses import dataclass
 
 import numpy as np
 
 import configurator
-import judge
 import sandbox
+from rewards import KINDS, THINK_END, THINK_START
 
 INTERRUPT_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
-THINK_START, THINK_END = "<think>", "</think>"
 # The built-in task (ours; the paper trains on Polaris-53K math), its prompts i.i.d. from one generator (the
 # held-out ones never in training), its base model made by data/builtin/prepare.py: 2-20 numbers from 0-3
 # tagged by letters, the running sum mod 10 after each, then the last:
@@ -43,9 +43,13 @@ class Prompt:
     answer: str           # the reference answer ("" for code)
     difficulty: int = 0   # built-in task: number of terms; datasets: 0
     domain: str = ""      # "builtin", the file's stem, or the row's "domain" field: val_reward_<domain>
+    kind: str = None      # its reward kind (rewards.KINDS), decided once, as its row is read (row_kind)
     code: dict = None     # code problems: their tests, as judge.passes() keywords (tests, fn_name | test)
     weight: float = None  # the domain's weight from data_path ("file.jsonl:2"); None: datasets pooled
     opens_thinking: bool = False  # the prompt as fed to the model ends inside <think> (some chat templates)
+
+    def __post_init__(self):  # a Prompt made by hand (a test, a benchmark) names no kind: its fields give it
+        self.kind = self.kind or ("code" if self.code else "builtin" if self.domain == "builtin" else "math")
 
 
 Task = namedtuple("Task", "prompts val_prompts tokenizer eos_ids domains")
@@ -69,18 +73,15 @@ def builtin_split(tokenizer, n_train, n_val, seed):
             text, answer, terms = make_problem(rng, **TINY_TASK)
             if text not in seen:
                 ids = encode_prompt(tokenizer, text)
-                split.append(Prompt(f"builtin:{drawn}", text, ids, answer, len(terms), "builtin"))
+                split.append(Prompt(f"builtin:{drawn}", text, ids, answer, len(terms), "builtin", "builtin"))
                 if split is val:
                     seen.add(text)
             drawn += 1
     return train, val
 
 
-CODE_FIELDS = ("tests", "test", "test_list")  # a row with one of them is code (code_tests reads it)
-
-
 def read_jsonl(path, prompt_field=None, answer_field="answer"):
-    """-> [dict(line, text, answer, code, domain)], or a DataError naming the line and the field."""
+    """-> [dict(line, text, answer, code, domain, kind)], or a DataError naming the line and the field."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: no such file")
     with open(path, encoding="utf-8") as f:
@@ -102,7 +103,8 @@ def json_int(digits):
 
 
 def read_row(line, where, path, prompt_field, answer_field):
-    """One line of a JSONL dataset -> dict(text, answer, code, domain), or a DataError naming the field."""
+    """One line of a JSONL dataset -> dict(text, answer, code, domain, kind), or a DataError naming the field.
+    Its kind is decided here, once (row_kind), and its kind reads it (rewards.KINDS)."""
     try:
         row = json.loads(line, parse_int=json_int)
     except json.JSONDecodeError as e:
@@ -114,75 +116,52 @@ def read_row(line, where, path, prompt_field, answer_field):
     missing = lambda named: DataError(f"{where}: missing field {named} (has: {', '.join(row) or 'none'})")
     blank = lambda value: value is None or isinstance(value, str) and not value.strip()
     field = prompt_field or ("prompt" if "prompt" in row else "problem")
-    code_field = next((k for k in CODE_FIELDS if k in row), None)
-    is_code = answer_field not in row and code_field is not None
     if blank(row.get(field)):
         raise missing(repr(field) if prompt_field else "'prompt' or 'problem'")
-    if not is_code and blank(row.get(answer_field)):
-        raise missing(repr(answer_field) if answer_field in row else
-                      f"{answer_field!r} (math) or {' / '.join(map(repr, CODE_FIELDS))} (code)")
+    kind = row_kind(row, where, answer_field)
+    if "answer" in KINDS[kind].fields and blank(row[answer_field]):
+        raise missing(repr(answer_field))
     if not isinstance(row[field], str):
         raise DataError(f"{where}: field {field!r} must be a string")
-    if answer_field in row and code_field:
-        raise DataError(f"{where}: both {answer_field!r} (math) and {code_field!r} (code); keep one")
     domain = row.get("domain", os.path.splitext(os.path.basename(path))[0])
     if "domain" in row and not (isinstance(domain, str) and re.fullmatch(r"[\w.-]+", domain)):
         raise DataError(f"{where}: field 'domain' must be a name of letters, digits, '_', '.' or '-'")
     if domain == "builtin":
         raise DataError(f"{where}: the domain 'builtin' is the built-in task's; rename the file or set a "
                         "'domain' field")
-    return dict(text=row[field], answer="" if is_code else str(row[answer_field]).strip(),
-                code=code_tests(row, where, row[field]) if is_code else None, domain=domain)
-
-
-def code_tests(row, where, prompt=None):
-    """A code row's tests as judge.passes() keywords (formats: README), or a DataError naming the
-    field. A prompt that is Python (HumanEval's stub and helpers), or a 'prelude' field, is the
-    prelude: run before the program, and its helpers the test's own (judge.prelude_of)."""
-    def require(ok, message):
-        if not ok:
-            raise DataError(f"{where}: field {message}")
-    if "prelude" in row:  # the prompt's code given apart, for a prompt that wraps it in prose
-        prompt = row["prelude"]
-        require(judge.prelude_of(prompt), "'prelude' must be Python that imports and defines only")
-    prompt = row.get("prompt", row.get("problem")) if prompt is None else prompt
-    prelude = judge.prelude_of(prompt)
-    with_prelude = lambda spec: dict(spec, prelude=prelude) if prelude else spec
-    styles = [key for key in CODE_FIELDS if key in row]
-    require(len(styles) == 1, f"{' and '.join(map(repr, styles))}: give one of them")
-    if "tests" in row:
-        tests, fn_name = row["tests"], row.get("fn_name")
-        require(fn_name is None or (isinstance(fn_name, str) and fn_name.isidentifier()),
-                f"'fn_name' must be a Python identifier, got {fn_name!r}")
-        require(isinstance(tests, list) and tests,
-                "'tests' must be a non-empty list of {\"input\": ..., \"output\": ...}")
-        for i, t in enumerate(tests):
-            require(isinstance(t, dict) and "input" in t and "output" in t,
-                    f"'tests[{i}]' must be an object with 'input' and 'output'")
-            require(fn_name or (isinstance(t["input"], str) and isinstance(t["output"], str)),
-                    f"'tests[{i}]': stdin/stdout tests take strings (arguments need 'fn_name')")
-            require(not fn_name or isinstance(t["input"], list),
-                    f"'tests[{i}].input' must be the list of arguments of {fn_name}()")
-        return with_prelude(dict(tests=tests, fn_name=fn_name)) if fn_name else dict(tests=tests)
-    field, entry_point = styles[0], row.get("entry_point")
-    require("fn_name" not in row, f"{field!r} (asserts) cannot go with 'fn_name'")
-    if field == "test":
-        test = row["test"]
-        require(isinstance(test, str) and test.strip(), "'test' must be a non-empty string of Python asserts")
-    else:  # MBPP: its imports and setup code run before the asserts
-        parts = [row.get("test_imports") or [], [row.get("test_setup_code") or ""], row["test_list"]]
-        strings = all(isinstance(p, list) and all(isinstance(x, str) for x in p) for p in parts)
-        require(strings and row["test_list"], "'test_list' (and 'test_imports') must be lists of strings of "
-                                              "Python, 'test_setup_code' a string")
-        test = "\n".join(line for part in parts for line in part if line.strip())
     try:
-        judge.assert_plan(test, entry_point, prelude)
-    except SyntaxError as e:
-        raise DataError(f"{where}: field {field!r} is not valid Python ({e.msg}, line {e.lineno})") from None
-    except ValueError as e:
-        raise DataError(f"{where}: field {field!r}: {e}") from None
-    spec = dict(test=test, entry_point=entry_point) if entry_point else dict(test=test)
-    return with_prelude(spec)
+        read = KINDS[kind].read(row, row[field], row.get(answer_field))
+    except ValueError as e:  # the kind's reader names the field
+        raise DataError(f"{where}: {e}") from None
+    return dict(text=row[field], answer="", code=None) | read | dict(domain=domain, kind=kind)
+
+
+def row_kind(row, where, answer_field="answer"):
+    """A row's kind, a key of rewards.KINDS: the kind whose fields it has; of two whose fields nest, the one
+    with more ('choices' and 'answer' over 'answer'); else a DataError naming what each kind needs."""
+    found = {}
+    for kind in KINDS:
+        needed = kind_fields(kind, answer_field)
+        if needed and all(row.keys() & set(names) for names in needed):
+            found[kind] = {f for names in needed for f in names if f in row}
+    found = {kind: have for kind, have in found.items() if not any(have < other for other in found.values())}
+    if len(found) == 1:
+        return next(iter(found))
+    named = [" and ".join(repr(f) for f in row if f in have) + f" ({kind})" for kind, have in found.items()]
+    raise DataError(f"{where}: both {' and '.join(named)}; keep one" if found else
+                    f"{where}: missing field {needed_fields(answer_field)} (has: {', '.join(row) or 'none'})")
+
+
+def kind_fields(kind, answer_field="answer"):
+    """A kind's fields as [[a name, or the names one of which], ...], 'answer' standing for answer_field."""
+    return [[answer_field if f == "answer" else f for f in ((names,) if isinstance(names, str) else names)]
+            for names in KINDS[kind].fields]
+
+
+def needed_fields(answer_field="answer"):
+    """What each kind of row needs: "'answer' (math) or 'tests' / 'test' / 'test_list' (code)"."""
+    return " or ".join(" and ".join(" / ".join(map(repr, names)) for names in kind_fields(kind, answer_field))
+                       + f" ({kind})" for kind in KINDS if KINDS[kind].fields)
 
 
 def jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_field, template):
@@ -201,7 +180,7 @@ def jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_fiel
             # the prompt as fed ends inside <think> (some chat templates): a <think> after the last </think>
             opens_thinking = THINK_START in tokenizer.decode(input_ids).rpartition(THINK_END)[2]
             prompt = Prompt(f"{os.path.basename(path)}:{row['line']}", row["text"], input_ids, row["answer"],
-                            domain=domain, code=row["code"], opens_thinking=opens_thinking)
+                            domain=domain, kind=row["kind"], code=row["code"], opens_thinking=opens_thinking)
             (val if n < n_val else train).append(prompt)
     return train, val
 
@@ -358,6 +337,7 @@ if __name__ == "__main__":
         configurator.fail("data.py", "usage: python data.py --data=FILE.jsonl (the tiny model: "
                                      "python data/builtin/prepare.py)")
     try:
-        print(f"{path}: {len(read_jsonl(path))} problems")
+        kinds = Counter(row["kind"] for row in read_jsonl(path))
+        print(f"{path}: {kinds.total()} problems ({', '.join(f'{n} {kind}' for kind, n in kinds.items())})")
     except DataError as e:
         configurator.fail("data.py", str(e))

@@ -10,6 +10,7 @@ import datetime
 import os
 import pickle
 import queue
+import signal
 import sys
 import threading
 import time
@@ -26,6 +27,7 @@ from sample import Group
 Layout = namedtuple("Layout", ["rank", "world", "role", "trainers", "samplers", "trainer_rank", "device",
                                "store", "mailbox", "weight_group", "heartbeat"])
 TAG = 7  # the control group's point-to-point tag (its collectives use their own slots)
+PREEMPTED = 75  # every rank's exit code after a stop signal and its checkpoint (sysexits' EX_TEMPFAIL)
 
 
 class RankError(RuntimeError):
@@ -40,6 +42,20 @@ def rank_error_hook(rank):
             os._exit(1)
         sys.__excepthook__(kind, error, traceback)
     return hook
+
+
+class StopSignal:
+    """SIGTERM or SIGINT (a scheduler's preemption, torchrun passing it on, Ctrl-C) -> `name` set, nothing
+    else: train.py's loop reads it where no step, message or file is half done. The master (data-parallel
+    ranks: together) acts on it; the others go on until its "stop". A repeated signal changes nothing."""
+
+    def __init__(self):
+        self.name = None
+        for number in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(number, self.handle)
+
+    def handle(self, number, frame):
+        self.name = signal.Signals(number).name
 
 
 @contextmanager
@@ -398,14 +414,16 @@ class RemoteSamplers:
         for flat in flats:
             broadcast(self.layout.weight_group, flat.to(self.layout.device), self.timeout_s, peers)
 
-    def stop(self):
-        """The last message to every other rank: followers and samplers stop (a sampler answers "bye")."""
+    def stop(self, code=0):
+        """The last message to every other rank: followers and samplers stop (a sampler answers "bye") and
+        exit with `code` (PREEMPTED after a stop signal)."""
         for rank in range(1, self.layout.world):
-            self.layout.mailbox.send(rank, ("stop",))
+            self.layout.mailbox.send(rank, ("stop", code))
 
 
 def serve(sampler, layout, timeout_s, report_s=1.0):
-    """A sampler rank's life: prompts and weights from the master, decoding without pause, groups back."""
+    """A sampler rank's life: prompts and weights from the master, decoding without pause, groups back ->
+    the exit code the master's "stop" carries."""
     mailbox, reported, tokens = layout.mailbox, time.time(), 0
     while True:
         for message in mailbox.poll(0):
@@ -417,7 +435,7 @@ def serve(sampler, layout, timeout_s, report_s=1.0):
                 sampler.update_weights(buckets, version)
             elif message[0] == "stop":
                 mailbox.send(0, ("bye",))
-                return
+                return message[1]
         if sampler.num_unfinished:
             tokens += sampler.step()
             groups = sampler.pop_finished()

@@ -60,11 +60,11 @@ def trainer_phases(shape, trainers, sharded, dtype_bytes, tokens, checkpoint, sy
     # each layer's input (checkpointing) or its values (SDPA: no T x T), and the final norm's
     per_layer = (8 * H + 5 * I + 2 * kv_dim) * d
     saved = tokens * ((L * H * d if checkpoint else L * per_layer) + (2 * d + 4) * H)
-    # loss.py's chunks: ~256 MB of fp32 logits
+    # head.py's chunks: ~256 MB of fp32 logits
     chunk, many = min(tokens, (1 << 26) // V) * V * 4, tokens > (1 << 26) // V
-    # the head's gradient in the compute dtype; cpu: loss.head_weight's fp32 upcast of a bf16 head too
+    # the head's gradient in the compute dtype; cpu: head.head_weight's fp32 upcast of a bf16 head too
     grad = d * head
-    # in the head (loss._HeadLogprobs): a chunk's logits, turned into their gradient in place, and its bf16
+    # in the head (head._HeadLogprobs): a chunk's logits, turned into their gradient in place, and its bf16
     # cast; or autograd summing two chunks' gradients of the weight
     head_backward = 4 * head * (cpu and d < 4) + max(2 * chunk + many * grad, (1 + 2 * many) * grad + chunk)
     # in a layer: its recompute (checkpointing) and its gradients
@@ -93,8 +93,8 @@ def kv_cache(shape, vllm_share, gpu_bytes):
 def torch_sampler(shape, slots, max_len, dtype_bytes, fp32_head):
     """The torch sampler in the trainer's process (a CPU rank) -> [(term, bytes, knob)], at its most."""
     # its KV cache: `slots` rows (validation fills them all) of max_len columns, in GrowingLayer's room,
-    # which doubles (and _splice starts at twice the columns); the head loss.head_weight casts to fp32 once
-    # a version; a decode step's fp32 logits, their log-softmax and the draw's sums
+    # which doubles (and _splice starts at twice the columns); the head that head.head_weight casts to
+    # fp32 once a version; a decode step's fp32 logits, their log-softmax and the draw's sums
     kv = 2 * slots * max_len * shape.layers * shape.kv_dim * 2 * dtype_bytes
     return [(f"KV cache ({slots} rows of {max_len} tokens, room to double)", kv, "sampler_slots"),
             ("fp32 head", 4 * shape.vocab * shape.hidden * (fp32_head and dtype_bytes < 4), "fp32_head"),

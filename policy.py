@@ -16,12 +16,12 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optim
                                                      set_optimizer_state_dict)
 from transformers import AutoModelForCausalLM
 
-import loss as L
+import head
 from distributed import RemoteSamplers, bucket_plan, naming_peers, unflatten
 
 Policy = namedtuple("Policy", "model logprobs optimizer rank ranks sharded")
 # model holds the fp32 parameters (AdamW steps them, checkpoints save them, the samplers get them cast);
-# logprobs (loss.TokenLogprobs) computes with them, on the model itself or on its bf16 copy, and is the
+# logprobs (head.TokenLogprobs) computes with them, on the model itself or on its bf16 copy, and is the
 # FSDP2 root when sharded; rank / ranks: this trainer among the trainers.
 
 
@@ -54,7 +54,7 @@ def load_policy(path, device, rank, ranks, sharded, dtype, checkpoint_activation
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).train()
     if checkpoint_activations:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=dict(use_reentrant=False))
-    logprobs = L.TokenLogprobs(model if sharded else compute_copy(model, dtype))
+    logprobs = head.TokenLogprobs(model if sharded else compute_copy(model, dtype))
     if sharded:
         shard(model, dtype, root=logprobs)
     # foreach: under FSDP2 every parameter is a DTensor (the root is sharded too), so the multi-tensor path

@@ -18,13 +18,15 @@ import select
 import subprocess
 import sys
 import unicodedata
+from collections import namedtuple
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from functools import lru_cache
 from itertools import accumulate
 
 import judge
-from data import THINK_END, THINK_START
+
+THINK_START, THINK_END = "<think>", "</think>"  # the tags of thinking (data.THINK_START, THINK_END: these)
 
 LONGEST = 200          # a final answer longer than this is -1 before any parsing (ours)
 DEEPEST = 10           # ... and one nested deeper than this in brackets (ours)
@@ -322,7 +324,34 @@ def verified(gold, expression, timeout):
         _verifiers.put(verifier)
 
 # -----------------------------------------------------------------------------
-# rewards
+# reward kinds. KINDS names them; a row's kind is decided once, when data.py reads it (data.row_kind): the
+# kind whose fields the row has, 'answer' standing for the answer_field; of two whose fields nest, the one with
+# more ('choices' and 'answer' over 'answer'). A kind is
+#   fields  the fields its rows have: names, or a tuple of names meaning one of them; () for the built-in
+#           task, whose prompts are drawn, never read (a kind naming 'answer' needs it not blank)
+#   read    (row, text, answer) -> the Prompt's fields from the row: text (the problem as the model sees it),
+#           answer, code; a ValueError naming the field for a bad row (data.py adds file:line)
+#   reward  (prompt, text, completion_text, timeout) -> +1.0 | -1.0 for one completion, text being the scored
+#           text (after thinking; never None: an unclosed <think> is -1 before any kind sees it)
+#   many    optional, a batch scorer: [(prompt, text, completion_text)] -> an iterator of their verdicts in
+#           order, started at once (code: every program in the sandbox's pool)
+# A new kind: its functions here and one entry in KINDS (tests/new_kinds.py adds a multiple-choice one).
+
+Kind = namedtuple("Kind", "fields read reward many", defaults=[None])
+
+
+def builtin_reward(prompt, text, completion_text, timeout):
+    """The built-in task: its digit exactly, after thinking (no </think>, no answer: the task is to think)."""
+    return 1.0 if THINK_END in completion_text and text == prompt.answer else -1.0
+
+
+def math_row(row, text, answer):
+    return dict(answer=str(answer).strip())
+
+
+def math_kind(prompt, text, completion_text, timeout):
+    return math_reward(prompt.answer, text, timeout)
+
 
 def math_reward(gold, text, timeout=TIMEOUT):
     """+1.0 | -1.0 for the scored text of a math completion: numeric gold by the grammar above, exactly;
@@ -341,30 +370,103 @@ def math_reward(gold, text, timeout=TIMEOUT):
     return 1.0 if expression is not None and verified(gold, expression, timeout) else -1.0
 
 
+CODE_FIELDS = ("tests", "test", "test_list")  # a row with one of them is code (code_tests reads it)
+
+
+def code_tests(row, prompt=None):
+    """A code row's tests as judge.passes() keywords (formats: README), or a ValueError naming the field.
+    A prompt that is Python (HumanEval's stub and helpers), or a 'prelude' field, is the prelude: run
+    before the program, and its helpers the test's own (judge.prelude_of)."""
+    def require(ok, message):
+        if not ok:
+            raise ValueError(f"field {message}")
+    if "prelude" in row:  # the prompt's code given apart, for a prompt that wraps it in prose
+        prompt = row["prelude"]
+        require(judge.prelude_of(prompt), "'prelude' must be Python that imports and defines only")
+    prompt = row.get("prompt", row.get("problem")) if prompt is None else prompt
+    prelude = judge.prelude_of(prompt)
+    with_prelude = lambda spec: dict(spec, prelude=prelude) if prelude else spec
+    styles = [key for key in CODE_FIELDS if key in row]
+    require(len(styles) == 1, f"{' and '.join(map(repr, styles))}: give one of them")
+    if "tests" in row:
+        tests, fn_name = row["tests"], row.get("fn_name")
+        require(fn_name is None or (isinstance(fn_name, str) and fn_name.isidentifier()),
+                f"'fn_name' must be a Python identifier, got {fn_name!r}")
+        require(isinstance(tests, list) and tests,
+                "'tests' must be a non-empty list of {\"input\": ..., \"output\": ...}")
+        for i, t in enumerate(tests):
+            require(isinstance(t, dict) and "input" in t and "output" in t,
+                    f"'tests[{i}]' must be an object with 'input' and 'output'")
+            require(fn_name or (isinstance(t["input"], str) and isinstance(t["output"], str)),
+                    f"'tests[{i}]': stdin/stdout tests take strings (arguments need 'fn_name')")
+            require(not fn_name or isinstance(t["input"], list),
+                    f"'tests[{i}].input' must be the list of arguments of {fn_name}()")
+        return with_prelude(dict(tests=tests, fn_name=fn_name)) if fn_name else dict(tests=tests)
+    field, entry_point = styles[0], row.get("entry_point")
+    require("fn_name" not in row, f"{field!r} (asserts) cannot go with 'fn_name'")
+    if field == "test":
+        test = row["test"]
+        require(isinstance(test, str) and test.strip(), "'test' must be a non-empty string of Python asserts")
+    else:  # MBPP: its imports and setup code run before the asserts
+        parts = [row.get("test_imports") or [], [row.get("test_setup_code") or ""], row["test_list"]]
+        strings = all(isinstance(p, list) and all(isinstance(x, str) for x in p) for p in parts)
+        require(strings and row["test_list"], "'test_list' (and 'test_imports') must be lists of strings of "
+                                              "Python, 'test_setup_code' a string")
+        test = "\n".join(line for part in parts for line in part if line.strip())
+    try:
+        judge.assert_plan(test, entry_point, prelude)
+    except SyntaxError as e:
+        raise ValueError(f"field {field!r} is not valid Python ({e.msg}, line {e.lineno})") from None
+    except ValueError as e:
+        raise ValueError(f"field {field!r}: {e}") from None
+    spec = dict(test=test, entry_point=entry_point) if entry_point else dict(test=test)
+    return with_prelude(spec)
+
+
+def code_row(row, text, answer):
+    return dict(code=code_tests(row, text))
+
+
+def code_reward(prompt, text, completion_text, timeout):
+    """The program of the last fenced block passes its tests (judge.py)."""
+    program = extract_program(prompt, completion_text)
+    return 1.0 if program is not None and judge.passes(program, **prompt.code) else -1.0
+
+
+def code_many(triples):
+    """A batch's programs all at once in the sandbox's pool; they run while the other kinds are scored."""
+    programs = [extract_program(p, completion_text) for p, _, completion_text in triples]
+    passed = judge.score_many([dict(program=program, **p.code) for (p, *_), program in zip(triples, programs)
+                               if program is not None])
+    return (1.0 if program is not None and next(passed) else -1.0 for program in programs)
+
+
+KINDS = dict(
+    builtin=Kind((), None, builtin_reward),
+    math=Kind(("answer",), math_row, math_kind),
+    code=Kind((CODE_FIELDS,), code_row, code_reward, code_many),
+)
+
+# -----------------------------------------------------------------------------
+# rewards
+
 def reward(prompt, completion_text, timeout=TIMEOUT):
-    """+1.0 | -1.0 for one completion of a prompt of any domain. Built-in: the digit exactly, after thinking.
-    Math: math_reward. Code: the program of the last fenced block passes its tests (judge.py)."""
-    answer = scored_text(prompt, completion_text)
-    if answer is None:
-        return -1.0
-    if prompt.code:
-        program = extract_program(prompt, completion_text)
-        return 1.0 if program is not None and judge.passes(program, **prompt.code) else -1.0
-    if prompt.domain == "builtin":  # the task is to think first: no '</think>', no answer
-        return 1.0 if THINK_END in completion_text and answer == prompt.answer else -1.0
-    return math_reward(prompt.answer, answer, timeout)
+    """+1.0 | -1.0 for one completion of a prompt of any kind: -1 when thinking was opened and never closed,
+    else the verdict of the prompt's kind (KINDS) on the text after thinking."""
+    text = scored_text(prompt, completion_text)
+    return -1.0 if text is None else KINDS[prompt.kind].reward(prompt, text, completion_text, timeout)
 
 
 _scorers = ThreadPoolExecutor(WORKERS, thread_name_prefix="rewards")
 
 
 def score(pairs, timeout=TIMEOUT):
-    """[(prompt, completion_text)] -> [+1.0 | -1.0] in order. Programs run in the sandbox's pool, and the rest
-    in threads that feed math-verify's workers, all at once."""
-    programs = [extract_program(p, text) if p.code else None for p, text in pairs]
-    jobs = [dict(program=program, **p.code) for (p, _), program in zip(pairs, programs)
-            if program is not None]
-    passed = judge.score_many(jobs)  # started: they run while the rest is scored
-    others = _scorers.map(lambda pair: reward(*pair, timeout=timeout),
-                          [pair for pair, program in zip(pairs, programs) if program is None])
-    return [next(others) if program is None else (1.0 if next(passed) else -1.0) for program in programs]
+    """[(prompt, completion_text)] -> [+1.0 | -1.0] in order. The pairs of a kind with a batch scorer (code:
+    the sandbox's pool) go to it at once, first; the rest to threads that feed math-verify's workers."""
+    batch = [p.kind if KINDS[p.kind].many and scored_text(p, c) is not None else None for p, c in pairs]
+    started = {}  # None: one at a time, in threads
+    for kind in sorted(dict.fromkeys(batch), key=lambda kind: kind is None):
+        mine = [pair for pair, of in zip(pairs, batch) if of == kind]
+        started[kind] = iter(KINDS[kind].many([(p, scored_text(p, c), c) for p, c in mine]) if kind else
+                             _scorers.map(lambda pair: reward(*pair, timeout=timeout), mine))
+    return [next(started[kind]) for kind in batch]

@@ -22,7 +22,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from loss import head_weight, lm_head_logits
+from head import head_weight, lm_head_logits
 
 # -----------------------------------------------------------------------------
 # what comes out
@@ -282,7 +282,7 @@ class TorchSampler(Sampler):
         input_ids, positions = torch.tensor([last, positions], device=self.device)[:, :, None]  # (B, 1) each
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), 1)], 1)  # (B, T + 1)
         hidden = forward_with_cache(self.model, input_ids, self.cache, self.mask, positions)[:, -1]  # (B, H)
-        # the trainer's numerics: loss.lm_head_logits (fp32 head, / temperature), full distribution;
+        # the trainer's numerics: head.lm_head_logits (fp32 head, / temperature), full distribution;
         # the head is cast once per version of the weights (a bf16 model's: 15% of a step)
         self.head = head_weight(self.model, self.fp32_head) if self.head is None else self.head
         logits = lm_head_logits(self.model, hidden, self.temperature, self.fp32_head, self.head)

@@ -28,11 +28,7 @@ class Rollouts:
 
     def hand_out(self, samplers, version, room):
         """New groups for the samplers: as many as the rule allows, and at most `room` (their queue)."""
-        if self.mode == "ppo":
-            budget = self.k * self.P if not self.pending else 0
-        else:
-            budget = min((self.k + 1) * self.P - len(self.pending), room)
-        for _ in range(budget):
+        for _ in range(OFF_POLICY[self.mode][0](self, room)):
             index = self.requeue.pop(0) if self.requeue else self.curriculum.next()
             if index is None:
                 self.exhausted = True
@@ -52,13 +48,8 @@ class Rollouts:
         tickets = sorted(self.finished)[:self.P]
         if len(tickets) < self.P:
             return None
-        if self.mode == "ppo" and len(self.finished) < len(self.pending):
-            return None  # the whole round first: one policy generated it
-        if self.mode == "pipeline":
-            chosen = set(tickets)
-            deadlines = sorted(v0 + self.k for t, (_, v0) in self.pending.items() if t not in chosen)
-            if any(version + 1 + j // self.P > d for j, d in enumerate(deadlines)):
-                return None  # a straggler must join this step or the next ones in time: wait for it
+        if not OFF_POLICY[self.mode][1](self, tickets, version):
+            return None
         batch = [self.finished.pop(t) for t in tickets]
         for g in batch:
             g.index = self.pending.pop(g.prompt_id)[0]
@@ -72,3 +63,30 @@ class Rollouts:
     def in_flight(self):
         """The prompts of the groups handed out and not trained (a checkpoint hands them out again)."""
         return [index for index, _ in self.pending.values()]
+
+
+# -----------------------------------------------------------------------------
+# the off-policy rules: (how many new groups may be handed out now, given `room` in the samplers' queue;
+# whether the P oldest finished groups may train at the step that starts from `version`). OFF_POLICY names them for the off_policy config key; a new
+# rule is two functions and one entry here.
+
+def pipeline_budget(r, room):
+    return min((r.k + 1) * r.P - len(r.pending), room)
+
+
+def pipeline_may_train(r, tickets, version):
+    """Not if a straggler could then miss its deadline (it must join this step or the next ones in time)."""
+    chosen = set(tickets)
+    deadlines = sorted(v0 + r.k for t, (_, v0) in r.pending.items() if t not in chosen)
+    return all(version + 1 + j // r.P <= d for j, d in enumerate(deadlines))
+
+
+def ppo_budget(r, room):
+    return r.k * r.P if not r.pending else 0  # the whole round at once, whatever the room
+
+
+def ppo_may_train(r, tickets, version):
+    return len(r.finished) >= len(r.pending)  # the whole round first: one policy generated it
+
+
+OFF_POLICY = dict(pipeline=(pipeline_budget, pipeline_may_train), ppo=(ppo_budget, ppo_may_train))

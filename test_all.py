@@ -4,7 +4,7 @@ Contents: one section per file, in README's reading order of the files, each und
 same title:
 
      fixtures and helpers      the ones several sections share: models, train.py in this process, the sandbox's
-  1. loss.py                   log-probs and the fp32 head, advantages, aggregation, the losses, a new loss
+  1. loss.py                   advantages, aggregation, the losses, a new loss
   2. train.py                  the config's budgets, the training step, validation; whole runs of train.py (slow)
   3. scheduler.py              the off-policy rule, with fake samplers: lag, PPO rounds, a resume
   4. data.py                   tasks and splits, the curriculum (No-Positive-Resampling), several datasets, bad rows
@@ -27,11 +27,13 @@ hand in the comments beside them. tests/attacks.py holds the programs the sandbo
 attacks among them); tests/harness.py the harnesses torchrun runs this file as, one layout of train.py each
 (`python -m torch.distributed.run ... test_all.py fixed_batch ...`: the `__main__` block at the bottom)."""
 
+import ast
 import copy
 import errno
 import fcntl
 import gzip
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -40,6 +42,7 @@ import random
 import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -53,9 +56,11 @@ import numpy as np
 import pytest
 import torch
 
+import checkpoint
 import data
 import distributed
 import fit_curve
+import head
 import loss as L
 import memory
 import policy as P
@@ -375,7 +380,7 @@ def test_fp32_head_logprobs_equal_log_softmax_of_model_logits(tie):
     T = 0.7
     reference = torch.log_softmax(model(ids).logits.float() / T, dim=-1)[:, :-1]
     reference = reference.gather(-1, ids[:, 1:, None]).squeeze(-1)  # (3, 11)
-    logprobs = L.token_logprobs(model, ids, temperature=T)
+    logprobs = head.token_logprobs(model, ids, temperature=T)
     assert logprobs.shape == (3, 11) and logprobs.dtype == torch.float32
     assert (logprobs - reference).abs().max() < 1e-5
     if tie:  # the head is the embedding matrix itself
@@ -388,7 +393,7 @@ def test_chunked_logprobs_and_gradients_equal_unchunked():
     grads = []
     for chunk in (None, 3):  # 3 positions per chunk: 18 positions -> 6 checkpointed chunks
         model.zero_grad()
-        lp, entropy = L.token_logprobs(model, ids, temperature=1.3, with_entropy=True, chunk_tokens=chunk)
+        lp, entropy = head.token_logprobs(model, ids, temperature=1.3, with_entropy=True, chunk_tokens=chunk)
         (lp * torch.arange(9.0)).sum().backward()
         grads.append((lp.detach(), entropy, model.model.embed_tokens.weight.grad.clone()))
     (lp0, ent0, g0), (lp1, ent1, g1) = grads
@@ -399,7 +404,7 @@ def test_chunked_logprobs_and_gradients_equal_unchunked():
 def test_entropy_is_the_policy_entropy_at_each_position():
     model = tiny_causal_lm(tie=False)
     ids = torch.randint(0, 50, (1, 6), generator=torch.Generator().manual_seed(3))
-    _, entropy = L.token_logprobs(model, ids, temperature=2.0, with_entropy=True)
+    _, entropy = head.token_logprobs(model, ids, temperature=2.0, with_entropy=True)
     p = torch.softmax(model(ids).logits.float() / 2.0, dim=-1)[:, :-1]
     assert torch.allclose(entropy, -(p * p.log()).sum(-1), atol=1e-5)
     assert (entropy <= math.log(50) + 1e-5).all()
@@ -411,13 +416,13 @@ def test_fp32_head_switch_changes_the_numerics_of_a_bf16_model():
     hidden = model.model(ids).last_hidden_state[:, :-1]
     W = model.lm_head.weight
     exact = torch.log_softmax(hidden.float() @ W.float().T, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-    fp32 = L.token_logprobs(model, ids, fp32_head=True)
-    low = L.token_logprobs(model, ids, fp32_head=False)  # the loo-fp32 ablation: bf16 matmul
+    fp32 = head.token_logprobs(model, ids, fp32_head=True)
+    low = head.token_logprobs(model, ids, fp32_head=False)  # the loo-fp32 ablation: bf16 matmul
     assert fp32.dtype == low.dtype == torch.float32
     assert (fp32 - exact).abs().max() < 1e-5
     assert (low - exact).abs().max() > 1e-4  # bf16 logits lose precision the fp32 head keeps
     with torch.autocast("cpu", dtype=torch.bfloat16):  # an enclosing autocast must not undo the fp32 head
-        assert (L.token_logprobs(model, ids, fp32_head=True) - exact).abs().max() < 1e-5
+        assert (head.token_logprobs(model, ids, fp32_head=True) - exact).abs().max() < 1e-5
 
 
 def test_the_fp32_head_has_a_backward_on_gpus_and_cpus_and_its_gradients_are_the_fp32_ones_to_bf16_precision():
@@ -429,7 +434,7 @@ def test_the_fp32_head_has_a_backward_on_gpus_and_cpus_and_its_gradients_are_the
     targets = torch.zeros(6, dtype=torch.long, device="meta")
     with pytest.raises(RuntimeError, match="not implemented"):  # the failure, as torch ships it
         torch.mm(hidden, weight.t(), out_dtype=torch.float32).sum().backward()
-    logprobs, _ = L._HeadLogprobs.apply(hidden, weight, None, None, targets, 1.0, True, False)
+    logprobs, _ = head._HeadLogprobs.apply(hidden, weight, None, None, targets, 1.0, True, False)
     assert logprobs.dtype == torch.float32 and logprobs.shape == (6,)
     logprobs.sum().backward()
     assert hidden.grad.shape == hidden.shape and weight.grad.dtype == torch.bfloat16
@@ -440,7 +445,7 @@ def test_the_fp32_head_has_a_backward_on_gpus_and_cpus_and_its_gradients_are_the
     logits32 = h32 @ w32.t() / 0.7
     exact = logits32.gather(1, y[:, None])[:, 0] - torch.logsumexp(logits32, -1)
     exact.backward(g)
-    ours, entropy = L._HeadLogprobs.apply(h, w, w.detach().float(), None, y, 0.7, True, True)  # CPU: oneDNN
+    ours, entropy = head._HeadLogprobs.apply(h, w, w.detach().float(), None, y, 0.7, True, True)  # oneDNN
     ours.backward(g)
     assert torch.allclose(ours, exact.detach(), rtol=1e-5, atol=1e-5)
     p = torch.softmax(logits32.detach(), -1)
@@ -622,7 +627,8 @@ def test_a_new_loss_is_one_function_and_one_entry_in_loss_LOSSES(tiny_model_dir,
     """A forker's loss: written in loss.py, registered in LOSSES, chosen by loss_type; its knob is a parameter
     (its default here, a config key of that name when there is one); train.py is not touched."""
     def reinforce(ratio, log_ratio, logprobs, A, mask, scale=1.0):  # plain REINFORCE: CISPO never truncating
-        return -scale * ratio.detach() * A * logprobs, torch.zeros_like(mask)
+        extra = dict(ones=torch.ones_like(logprobs), gap=log_ratio.abs(), gap_max=log_ratio.abs())
+        return -scale * ratio.detach() * A * logprobs, torch.zeros_like(mask), extra  # its own stats, by name
     monkeypatch.setitem(L.LOSSES, "reinforce", reinforce)
     groups = fixed_batch(len(tiny.build_tokenizer()))
     train_config.configure(["--loss_type=reinforce", "--grad_clip=1e9"])
@@ -631,12 +637,72 @@ def test_a_new_loss_is_one_function_and_one_entry_in_loss_LOSSES(tiny_model_dir,
     cispo, cispo_grads = recorded_step(tiny_model_dir, copy.deepcopy(groups))
     assert toy["loss"] == pytest.approx(cispo["loss"], rel=1e-6) and toy["is_truncated_frac"] == 0.0
     assert all(torch.allclose(toy_grads[k], cispo_grads[k]) for k in toy_grads)
+    # its stats reach train_step's row: means over the step's tokens, maxima for names ending in _max
+    assert toy["ones"] == pytest.approx(1.0) and "ones" not in cispo
+    assert toy["gap"] == pytest.approx(toy["logprob_mismatch"]) and toy["gap_max"] == toy["logprob_mismatch_max"]
 
 
-def test_unknown_loss_is_rejected():
+def test_unknown_loss_or_correction_is_rejected():
     logprobs, behaviour, A, mask = _loss_inputs([[0.5]], [[0.5]], [1.0])
-    with pytest.raises(ValueError, match="loss_type must be one of cispo, dapo, gspo, grpo, got 'ppo'"):
+    with pytest.raises(ValueError, match=f"loss_type must be one of {', '.join(L.LOSSES)}, got 'ppo'"):
         L.policy_loss(logprobs, behaviour, A, mask, torch.ones(1, 1), "ppo")
+    with pytest.raises(ValueError, match=f"is_correction must be one of {', '.join(L.IS_CORRECTIONS)}, got 'x'"):
+        L.policy_loss(logprobs, behaviour, A, mask, torch.ones(1, 1), is_correction="x")
+
+
+def test_token_tis_caps_each_tokens_ratio_to_the_sampler_and_keeps_its_gradient():
+    # ratios 0.5/0.1 = 5 and 0.2/0.4 = 0.5; A = 2; weights 1/2 each; CISPO's eps_max 4, TIS's cap 2: min(5, 4, 2)
+    logprobs, behaviour, A, mask = _loss_inputs([[0.5, 0.2]], [[0.1, 0.4]], [2.0])
+    loss, stats = L.policy_loss(logprobs, behaviour, A, mask, torch.tensor([[0.5, 0.5]]), "cispo",
+                                "tis", eps_max=4.0, tis_cap=2.0)
+    # -(0.5 * 2 * 2 * log .5 + 0.5 * 0.5 * 2 * log .2) = 2 * .693147 + .5 * 1.609438
+    assert loss.item() == pytest.approx(2.191013, abs=1e-5)
+    loss.backward()
+    assert torch.allclose(logprobs.grad, torch.tensor([[-2.0, -0.5]]))  # -w * min(rho, cap) * A
+    merged = L.merge_stats([stats])
+    assert merged["is_corrected_frac"] == 0.5 and merged["is_ratio_max"] == pytest.approx(5.0)  # raw ratios
+    assert merged["logprob_mismatch_max"] == pytest.approx(math.log(5))
+    logprobs.grad = None  # under DAPO the capped ratio 2 is past 1 + clip_high with A > 0: no gradient there
+    loss, _ = L.policy_loss(logprobs, behaviour, A, mask, torch.tensor([[0.5, 0.5]]), "dapo", "tis", tis_cap=2.0)
+    loss.backward()
+    assert torch.allclose(logprobs.grad, torch.tensor([[0.0, -0.5]]))  # the other token: -w * rho * A
+
+
+def test_icepop_drops_the_tokens_whose_ratio_leaves_its_bounds_and_nothing_else():
+    # ratios 5 (past 2: dropped), 0.6 and 1.5 (kept); CISPO, eps_max 4, A = 1, weights 1/3
+    logprobs, behaviour, A, mask = _loss_inputs([[0.5, 0.3, 0.3]], [[0.1, 0.5, 0.2]], [1.0])
+    weights = torch.full((1, 3), 1 / 3)
+    loss, stats = L.policy_loss(logprobs, behaviour, A, mask, weights, "cispo", "icepop",
+                                icepop_low=0.5, icepop_high=2.0)
+    assert loss.item() == pytest.approx(-(0.6 + 1.5) * math.log(0.3) / 3, abs=1e-6)
+    loss.backward()
+    assert torch.allclose(logprobs.grad, torch.tensor([[0.0, -0.6 / 3, -0.5]]))
+    assert L.merge_stats([stats])["is_corrected_frac"] == pytest.approx(1 / 3)
+
+
+def test_the_geometric_mask_drops_a_whole_sequence_whose_mean_log_ratio_leaves_its_bounds():
+    # sequence 1: log-ratios 0.001, 0.001 (exp of the mean 1.001: kept); sequence 2: 0.05, -0.01 (1.0202: dropped)
+    logprobs = torch.tensor([[-1.0, -2.0], [-1.0, -2.0]], requires_grad=True)
+    behaviour = logprobs.detach() - torch.tensor([[0.001, 0.001], [0.05, -0.01]])
+    loss, stats = L.policy_loss(logprobs, behaviour, torch.tensor([1.0, -1.0]), torch.ones(2, 2),
+                                torch.full((2, 2), 0.25), "cispo", "geo_mask", geo_low=0.99, geo_high=1.01)
+    loss.backward()
+    assert logprobs.grad[1].tolist() == [0.0, 0.0]
+    assert torch.allclose(logprobs.grad[0], torch.full((2,), -0.25 * math.exp(0.001)))
+    assert L.merge_stats([stats])["is_corrected_frac"] == 0.5
+
+
+def test_no_correction_leaves_the_loss_exactly_as_it_was():
+    gen = torch.Generator().manual_seed(3)
+    logprobs = torch.randn(4, 6, generator=gen).requires_grad_()
+    behaviour = logprobs.detach() + 0.2 * torch.randn(4, 6, generator=gen)
+    A, mask, weights = torch.randn(4, generator=gen), torch.ones(4, 6), torch.full((4, 6), 1 / 24)
+    for name in L.LOSSES:  # wide bounds: no token capped or dropped, so the same loss as no correction
+        plain, _ = L.policy_loss(logprobs, behaviour, A, mask, weights, name)
+        for correction, knobs in (("tis", dict(tis_cap=1e9)), ("icepop", dict(icepop_low=1e-9, icepop_high=1e9)),
+                                  ("geo_mask", dict(geo_low=1e-9, geo_high=1e9))):
+            got, stats = L.policy_loss(logprobs, behaviour, A, mask, weights, name, correction, **knobs)
+            assert got.item() == plain.item() and float(stats["is_corrected_frac"]) == 0.0
 
 
 # =============================================================================
@@ -724,7 +790,7 @@ def test_a_non_finite_loss_is_skipped_and_not_applied(tiny_model_dir, train_conf
         for text in (thinking + answer, thinking + str((int(answer) + 1) % 10)):  # right, then wrong
             ids = tok.encode(text, add_special_tokens=False) + [tok.eos_token_id]
             with torch.no_grad():
-                logprobs = L.token_logprobs(policy.model, torch.tensor([prompts[0].input_ids + ids]))[0, -len(ids):]
+                logprobs = head.token_logprobs(policy.model, torch.tensor([prompts[0].input_ids + ids]))[0, -len(ids):]
             if behaviour_nan:
                 logprobs[0] = math.nan  # a broken behaviour log-prob on a policy token: the loss is NaN
             completions.append(Completion(ids, logprobs.tolist(), [0] * len(ids), [True] * len(ids), "eos"))
@@ -746,6 +812,15 @@ def test_a_non_finite_loss_is_skipped_and_not_applied(tiny_model_dir, train_conf
 # train.py: validation
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8])
+def test_pass_at_k_is_the_chance_that_k_of_the_n_samples_drawn_without_replacement_hold_a_right_one(n):
+    for c in range(n + 1):
+        outcomes = [True] * c + [False] * (n - c)
+        for k in range(1, n + 1):  # enumerate every k-subset of the n samples
+            subsets = list(itertools.combinations(outcomes, k))
+            assert train.pass_at_k(n, c, k) == pytest.approx(sum(map(any, subsets)) / len(subsets), abs=1e-12)
+
+
 def test_evaluate_counts_the_training_tokens_decoded_during_validation(train_config, monkeypatch):
     train_config.configure(["--eval_samples=2"])
     prompts = [Prompt(f"v{i}", "", [1, 2], "0", domain=d) for i, d in enumerate(["math", "code", "math"])]
@@ -762,8 +837,11 @@ def test_evaluate_counts_the_training_tokens_decoded_during_validation(train_con
     assert scores.pop("val_seconds") >= 0
     # the prompts' pass rates: 0.5, 0, 0.5: their standard error sqrt((1/6 - 1/9) / 3)
     assert scores.pop("val_reward_se") == pytest.approx(math.sqrt((1 / 6 - 1 / 9) / 3))
+    # the samples' own error: sqrt(sum p (1 - p) / 2) / 3 = sqrt(0.125 + 0 + 0.125) / 3
+    assert scores.pop("val_sampling_se") == pytest.approx(1 / 6)
     assert scores == {"val_reward": 1 / 3, "val_pass@2": 2 / 3, "val_reward_code": 0.0, "val_reward_math": 0.5,
-                      "val_pass@2_code": 0.0, "val_pass@2_math": 1.0}
+                      "val_pass@2_code": 0.0, "val_pass@2_math": 1.0, "val_pass@1": 1 / 3, "val_pass@1_code": 0.0,
+                      "val_pass@1_math": 0.5}
     assert training_tokens == 2 * 2 * 3  # 3 engine steps of validation, 2 groups x 2 completions decoding beside it
     assert not rollouts.finished and samplers.num_unfinished == 2
 
@@ -1048,9 +1126,18 @@ def test_every_handed_out_group_is_trained_exactly_once_across_a_resume(mode):
     assert set(trained) <= set(handed) and max(lags) <= 3
 
 
+def test_a_new_off_policy_rule_is_two_functions_and_one_entry_in_scheduler_OFF_POLICY(train_config, monkeypatch):
+    """A forker's rule: PipelineRL's hand-outs, never waiting for a straggler; train.py takes it unedited."""
+    monkeypatch.setitem(scheduler.OFF_POLICY, "eager", (scheduler.pipeline_budget, lambda r, tickets, v: True))
+    train_config.configure(["--off_policy=eager"])
+    eager = [run_schedule("eager", 2, P=4, n_samplers=2, seed=seed, steps=20)[0] for seed in range(3)]
+    pipeline = [run_schedule("pipeline", 2, P=4, n_samplers=2, seed=seed, steps=20)[0] for seed in range(3)]
+    assert max(map(max, pipeline)) <= 2 < max(map(max, eager))  # no wait: a straggler trains late
+
+
 def test_validation_groups_come_back_from_collect_and_training_groups_wait_for_their_step():
     from sample import Group
-    rollouts = train.Rollouts(data.Curriculum(10), [Prompt("p", "", [1], "0")] * 10, 2, 2, 1, "pipeline")
+    rollouts = scheduler.Rollouts(data.Curriculum(10), [Prompt("p", "", [1], "0")] * 10, 2, 2, 1, "pipeline")
     samplers = FakeSamplers(1, 8, lambda t: 1)
     rollouts.hand_out(samplers, 0, room=100)
     assert len(rollouts.pending) == 4 and samplers.num_unfinished == 4  # (k + 1) x P
@@ -1297,7 +1384,7 @@ def test_malformed_code_rows_raise_one_line_errors_naming_file_line_and_field(tm
               "field 'test_list': the test uses the module 'math' without importing it"),
              ('{"prompt": "p", "test_list": "assert f(1)"}', "field 'test_list' (and 'test_imports') must be lists"),
              ('{"prompt": "p", "answer": "3", "test": "assert 1"}', "both 'answer' (math) and 'test' (code)"),
-             ('{"prompt": "p"}', "missing field 'answer' (math) or 'tests' / 'test' / 'test_list' (code) (has: prompt)"),
+             ('{"prompt": "p"}', f"missing field {data.needed_fields()} (has: prompt)"),
              ('{"prompt": "p", "test": "assert 1", "domain": "a b"}', "field 'domain' must be a name"),
              ('{"prompt": "p", "test": "assert 1", "domain": "builtin"}', "the domain 'builtin' is the built-in task's")]
     for i, (row, message) in enumerate(cases):
@@ -1502,6 +1589,189 @@ def test_a_math_and_a_code_prompt_in_one_batch_get_the_right_rewards(tok):
     assert rewards.score(pairs[:1]) == [1.0] and rewards.score([]) == []
 
 
+# -----------------------------------------------------------------------------
+# rewards.KINDS: one registry of reward kinds that reward() and score() dispatch through; a row's kind decided
+# once, as data.py reads it, and carried on its Prompt; and, as the acceptance check, the fork a researcher makes
+# first: a multiple-choice kind, a reader, a reward and one entry in KINDS (here at run time). No test names all
+# that KINDS holds: what they check of every kind is read from it.
+
+
+class Chars:
+    """A tokenizer's stand-in for data.split_task: a token per character, no chat template."""
+    chat_template, eos_token_id = None, 0
+
+    def encode(self, text, add_special_tokens=True):
+        return [ord(c) for c in text]
+
+    def decode(self, ids):
+        return "".join(map(chr, ids))
+
+
+def write_kind_rows(tmp_path, name, rows):
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+def kind_error(path, **kw):
+    with pytest.raises(DataError) as info:
+        data.read_jsonl(path, **kw)
+    assert "\n" not in str(info.value), info.value
+    return str(info.value)
+
+# -----------------------------------------------------------------------------
+# the fork: a multiple-choice kind, as a forker writes it into rewards.py
+
+LETTERS = "ABCDEFGHIJ"
+
+
+def choice_row(row, text, answer):
+    """{prompt, choices: [...], answer: "B"} -> the problem with its choices listed (A. ..., B. ...), and
+    the letter."""
+    choices, answer = row["choices"], str(answer).strip()
+    if not (isinstance(choices, list) and 2 <= len(choices) <= len(LETTERS)
+            and all(isinstance(c, str) for c in choices)):
+        raise ValueError(f"field 'choices' must be a list of 2 to {len(LETTERS)} strings")
+    letters = LETTERS[:len(choices)]
+    if answer not in letters:
+        raise ValueError(f"field 'answer' must be one of the letters {letters}, got {answer!r}")
+    return dict(text=text + "".join(f"\n{letter}. {c}" for letter, c in zip(letters, choices)), answer=answer)
+
+
+def choice_reward(prompt, text, completion_text, timeout):
+    """+1.0 when the last line names the right letter alone ('B', '(B).', 'The answer is B'), else -1.0."""
+    last = (text.strip().splitlines() or [""])[-1].strip()
+    said = re.fullmatch(r"(?i:(?:the )?(?:final )?answer(?: is)?:?)?\s*\(?([A-J])\)?\.?", last)
+    return 1.0 if said and said[1] == prompt.answer else -1.0
+
+
+CHOICE = rewards.Kind(("choices", "answer"), choice_row, choice_reward)  # the fork's KINDS["choice"]
+
+
+def test_a_multiple_choice_kind_is_a_reader_a_reward_and_one_entry_in_KINDS(tmp_path, monkeypatch):
+    rows = [dict(prompt="Which is prime?", choices=["4", "7", "9"], answer="B"),
+            dict(prompt="1+1?", answer="2"), dict(prompt="Which is even?", choices=["3", "8"], answer="B")]
+    path = write_kind_rows(tmp_path, "quiz.jsonl", rows)
+    before = [row["kind"] for row in data.read_jsonl(path)]
+    assert before[0] == before[1] == before[2]  # no choice kind: its rows are the kind of 'answer' alone
+    with monkeypatch.context() as fork:
+        fork.setitem(rewards.KINDS, "choice", CHOICE)
+        read = data.read_jsonl(path)
+        assert [row["kind"] for row in read] == ["choice", before[1], "choice"]
+        assert read[0]["text"] == "Which is prime?\nA. 4\nB. 7\nC. 9" and read[0]["answer"] == "B"
+        train, val, *_ = data.split_task(path, Chars(), 0, 1)
+        prompts = {p.text.splitlines()[0]: p for p in train + val}
+        quiz, sum_ = prompts["Which is prime?"], prompts["1+1?"]
+        assert quiz.kind == "choice" and sum_.kind == before[1]
+        assert quiz.input_ids == Chars().encode(quiz.text)  # the model sees the choices
+        completions = ["<think>7 is prime</think>B", "</think>The answer is (B).", "</think>B.", "B",
+                       "</think>A", "</think>B or C", "</think>(E)", "<think>B", "</think>"]
+        verdicts = [1.0, 1.0, 1.0, 1.0, -1.0, -1.0, -1.0, -1.0, -1.0]
+        assert [rewards.reward(quiz, c) for c in completions] == verdicts
+        pairs = [(quiz, c) for c in completions] + [(sum_, "</think>2"), (sum_, "</think>3")]
+        assert rewards.score(pairs) == verdicts + [1.0, -1.0]  # beside another kind, in one batch
+        for bad, message in (({"choices": "47"}, "field 'choices' must be a list"),
+                             ({"answer": "D"}, "field 'answer' must be one of the letters ABC, got 'D'")):
+            path_bad = write_kind_rows(tmp_path, "bad.jsonl", [rows[1], dict(rows[0], **bad)])
+            assert kind_error(path_bad).startswith(f"{path_bad}:2: {message}")
+        nothing = kind_error(write_kind_rows(tmp_path, "none.jsonl", [dict(prompt="p")]))
+        assert "'choices' and 'answer' (choice)" in nothing  # what each kind needs, read from KINDS
+    assert "choice" not in rewards.KINDS and [row["kind"] for row in data.read_jsonl(path)] == before
+
+# -----------------------------------------------------------------------------
+# a row's kind: decided once, as it is read
+
+
+def test_a_rows_kind_is_decided_once_as_it_is_read_and_rides_on_its_prompt(tmp_path):
+    math, code = dict(prompt="1+1?", answer=2), dict(prompt="add", tests=[{"input": "1 2", "output": "3"}])
+    read = data.read_jsonl(write_kind_rows(tmp_path, "mixed.jsonl", [math, code, dict(problem="2+2?", answer="4")]))
+    assert read[0]["kind"] == read[2]["kind"] != read[1]["kind"]
+    assert read[0]["answer"] == "2" and read[0]["code"] is None
+    assert read[1]["code"] == dict(tests=code["tests"]) and rewards.KINDS[read[1]["kind"]].many
+    train, val, *_ = data.split_task(write_kind_rows(tmp_path, "sums.jsonl", [math] * 3), Chars(), 0, 1)
+    assert {p.kind for p in train + val} == {read[0]["kind"]}
+    train, val, *_ = data.split_task("builtin", Chars(), 5, 2)
+    assert {p.kind for p in train + val} == {"builtin"} and rewards.KINDS["builtin"].fields == ()
+
+
+def test_the_prompts_kind_decides_its_reward_not_its_fields():
+    made = Prompt("builtin:0", "a3b0c2d1e2", [], "8", 5, "builtin")  # by hand: the kind its fields give
+    assert made.kind == "builtin" and Prompt("x", "", [], "8").kind != "builtin"
+    assert rewards.reward(made, "8") == -1.0 and rewards.reward(made, "<think>a3b3c5d6e8</think>8") == 1.0
+    as_math = Prompt("x", "", [], "8", 5, "builtin", kind="math")
+    assert rewards.reward(as_math, "8") == 1.0  # the same fields, another kind: no thinking asked for
+
+
+def test_a_row_of_no_known_kind_is_one_line_naming_file_line_and_what_each_kind_needs(tmp_path):
+    path = write_kind_rows(tmp_path, "odd.jsonl", [dict(prompt="1+1?", answer="2"), dict(prompt="p", hint="h")])
+    message = kind_error(path)
+    assert message == f"{path}:2: missing field {data.needed_fields()} (has: prompt, hint)"
+    for kind, spec in rewards.KINDS.items():  # every kind a row may be (not the drawn built-in task)
+        assert (f"({kind})" in message) == bool(spec.fields), kind
+        assert all(" / ".join(map(repr, names)) in message for names in data.kind_fields(kind))
+    renamed = kind_error(path, answer_field="solution")  # 'answer' in a kind's fields is the answer_field
+    assert "'answer'" not in renamed and "'solution'" in renamed
+
+
+def test_a_row_is_of_the_kind_whose_fields_it_has_the_one_with_more_where_they_nest(tmp_path, monkeypatch):
+    read = lambda row, text, answer: dict(answer=str(row))
+    for kind, fields in (("alpha", ("x_alpha",)), ("beta", (("x_beta", "y_beta"),)),
+                         ("both", ("x_alpha", "z"))):
+        monkeypatch.setitem(rewards.KINDS, kind, rewards.Kind(fields, read, None))
+    rows = [dict(prompt="p", x_alpha=1), dict(prompt="p", y_beta=1), dict(prompt="p", x_alpha=1, z=2)]
+    kinds = [row["kind"] for row in data.read_jsonl(write_kind_rows(tmp_path, "k.jsonl", rows))]
+    assert kinds == ["alpha", "beta", "both"]
+    message = kind_error(write_kind_rows(tmp_path, "two.jsonl", [dict(prompt="p", x_alpha=1, y_beta=2)]))
+    assert message == f"{tmp_path}/two.jsonl:1: both 'x_alpha' (alpha) and 'y_beta' (beta); keep one"
+    nothing = kind_error(write_kind_rows(tmp_path, "no.jsonl", [{"prompt": "p"}]))
+    assert nothing.endswith("'x_beta' / 'y_beta' (beta) or 'x_alpha' and 'z' (both) (has: prompt)")
+
+# -----------------------------------------------------------------------------
+# reward() and score() go through the registry
+
+
+def test_reward_and_score_dispatch_through_KINDS_and_a_batch_scorer_gets_its_pairs_at_once(monkeypatch):
+    batches = []
+
+    def echo(prompt, text, completion_text, timeout):
+        return 1.0 if text == prompt.answer else -1.0
+
+    def echoes(triples):
+        batches.append([(text, completion) for _, text, completion in triples])
+        return (echo(*triple, None) for triple in triples)
+    monkeypatch.setitem(rewards.KINDS, "echo", rewards.Kind(("echo",), None, echo))
+    monkeypatch.setitem(rewards.KINDS, "echoes", rewards.Kind(("echoes",), None, echo, echoes))
+    one, many = Prompt("a", "", [], "a", kind="echo"), Prompt("b", "", [], "b", kind="echoes")
+    pairs = [(one, "a"), (many, "</think>b"), (one, "</think>c"), (many, "x"), (many, "<think>b"),
+             (one, "<think>a")]
+    assert rewards.score(pairs) == [1.0, 1.0, -1.0, -1.0, -1.0, -1.0]
+    assert batches == [[("b", "</think>b"), ("x", "x")]]  # one call, in order; an unclosed <think>: -1 first
+    assert [rewards.reward(p, c) for p, c in pairs] == rewards.score(pairs)
+
+
+def test_code_is_judged_in_one_batch_in_the_sandboxs_pool(monkeypatch):
+    jobs = []
+
+    def score_many(batch):
+        jobs.append(batch)
+        return iter([job["program"] == "print(3)\n" for job in batch])
+    monkeypatch.setattr(judge, "score_many", score_many)
+    tests = [{"input": "1 2", "output": "3"}]
+    code, math = Prompt("c", "add", [], "", domain="code", code=dict(tests=tests)), Prompt("m", "6?", [], "6")
+    fenced = "</think>```python\n{}\n```".format
+    pairs = [(code, fenced("print(3)")), (math, "</think>6"), (code, fenced("print(4)")), (code, "no code"),
+             (code, "<think>```python\nprint(3)\n```"), (math, "</think>7")]
+    assert rewards.score(pairs) == [1.0, 1.0, -1.0, -1.0, -1.0, -1.0]
+    assert jobs == [[dict(program="print(3)\n", tests=tests), dict(program="print(4)\n", tests=tests)]]
+
+
+def test_rewards_imports_no_data_so_data_reads_the_kinds_with_no_import_cycle():
+    tree = ast.parse(open(os.path.join(REPO, "rewards.py"), encoding="utf-8").read())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "data" not in imported and data.KINDS is rewards.KINDS and data.THINK_END is rewards.THINK_END
+
+
 # =============================================================================
 # 6. sample.py
 
@@ -1535,8 +1805,8 @@ def sample_until_done(sampler, max_steps=2000):
 
 
 def trainer_completion_logprobs(model, prompt_ids, token_ids, temperature):
-    """loss.token_logprobs of the completion tokens: the trainer's side of the comparison."""
-    from loss import token_logprobs
+    """head.token_logprobs of the completion tokens: the trainer's side of the comparison."""
+    from head import token_logprobs
     ids = torch.tensor([prompt_ids + token_ids], device=model.device)
     with torch.no_grad():
         return token_logprobs(model, ids, temperature, fp32_head=True)[0, len(prompt_ids) - 1:].cpu()
@@ -1571,7 +1841,7 @@ def test_a_bf16_sampler_departs_from_the_fp32_trainer_and_the_fp32_head_cuts_the
     fp32. With the FP32 head both compute the logits in fp32 and the gap is bf16's body alone; without it the
     sampler's logits are rounded to bf16 too (measured: mean |gap| 0.0008 vs 0.0022 on 2.9k tokens)."""
     from sample import TorchSampler
-    from loss import token_logprobs
+    from head import token_logprobs
     from transformers import AutoModelForCausalLM
     task = data.load_task("builtin", tiny_model_dir, 1, 40, 0)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
@@ -1648,7 +1918,7 @@ def stale_cache_logprobs(old, new, ids, n_old, temperature):
     """Log-probs of ids[n_old + 1:] when the KV of ids[:n_old] was computed by `old` and everything
     after by `new`: what a sequence sees when the weights change mid-way (PipelineRL, stale KV)."""
     from transformers import DynamicCache
-    from loss import lm_head_logits
+    from head import lm_head_logits
     from sample import forward_with_cache
     ids = torch.tensor([ids], device=old.device)
     cache = DynamicCache()
@@ -1695,7 +1965,7 @@ def test_torch_sampler_update_mid_sequence_continues_on_stale_kv_cache(tiny_qwen
 
 
 def test_torch_sampler_sharing_the_trainers_module_sees_an_optimizer_step_mid_sequence(tiny_qwen):
-    from loss import token_logprobs
+    from head import token_logprobs
     from sample import TorchSampler
     model = load_tiny_qwen(tiny_qwen)  # the trainer's module, shared by the sampler (one process)
     old = copy.deepcopy(model)
@@ -1981,7 +2251,7 @@ def test_inverse_cdf_draws_in_proportion_to_unnormalised_weights():
 
 
 def test_the_head_divides_by_the_temperature_as_before_and_leaves_the_hidden_states(tiny_qwen):
-    from loss import head_weight, lm_head_logits
+    from head import head_weight, lm_head_logits
     model = load_tiny_qwen(tiny_qwen).to(torch.bfloat16)
     hidden = torch.randn(3, model.config.hidden_size).to(torch.bfloat16)
     kept = hidden.clone()
@@ -2028,7 +2298,7 @@ def test_bf16_weights_stepped_without_an_fp32_master_barely_move_at_lr_5e_7(tiny
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-7, eps=1e-15, foreach=True)
     before = [p.detach().clone() for p in model.parameters()]
-    loss = -L.token_logprobs(model, torch.randint(3, 50, (4, 12))).mean()
+    loss = -head.token_logprobs(model, torch.randint(3, 50, (4, 12))).mean()
     loss.backward()
     optimizer.step()
     changed = sum((p != b).sum().item() for p, b in zip(model.parameters(), before))
@@ -2539,6 +2809,291 @@ def test_a_dead_or_silent_sampler_fails_the_job_naming_the_rank(tiny_model_dir, 
 # configurator.py's section its refusals (test_bad_configs_fail_before_any_work_with_one_line_errors: init_from).
 
 
+def test_the_papers_warnings_are_said_once_each_with_what_to_do(capsys):
+    warned = dict(limit=0.15)  # warn_truncation
+    rows = [dict(step=0, gpu_hours=0.0, logprob_mismatch_lag0=0.01), dict(step=1, gpu_hours=0.1, truncation_rate=0.1),
+            dict(step=2, gpu_hours=0.2, truncation_rate=0.2),
+            dict(step=3, gpu_hours=0.3, truncation_rate=0.3, logprob_mismatch_lag0=0.04),  # under 5x the first
+            dict(step=4, gpu_hours=0.4, logprob_mismatch_lag0=0.06, fit_C_mid=0.9),
+            dict(step=5, gpu_hours=0.5, logprob_mismatch_lag0=0.07, fit_C_mid=0.3, truncation_rate=0.5)]
+    for row in rows:
+        checkpoint.warnings(warned, row)
+    assert [r["step"] for r in rows if "warning" in r] == [2, 4]
+    assert rows[2]["warning"].startswith("truncation rate 20% > warn_truncation=0.15: the paper saw instability")
+    assert "mismatch at lag 0 0.06, over 5x its first 0.01" in rows[4]["warning"]
+    assert "C_mid 0.9 lies beyond the data (0.4 gpu_hours)" in rows[4]["warning"]
+    assert capsys.readouterr().out.count("warning: ") == 3
+
+
+# -----------------------------------------------------------------------------
+# the fault table (README, "What survives what"): whole runs of train.py on the tiny model with one fault at a
+# chosen moment (tests/harness.py's harness_fault): a stop signal (SIGTERM, SIGINT) at each moment of a step, in
+# one process and under torchrun; kill -9 while a checkpoint is written; a full disk under out_dir; a damaged
+# checkpoint file; a torn last line of log.jsonl (the hard kill between checkpoints, the checkpointed step whose
+# validation crashed and the dead or stopped sampler rank are tested above)
+
+PREEMPTED = 75  # distributed.PREEMPTED: the exit code after a stop signal and its checkpoint
+EVERY = ["--eval_interval=4", "--ckpt_interval=3"]  # validation every 4 steps, a checkpoint every 3, 8 steps
+FAULT_HANG = 600  # seconds: a run that takes longer hangs (never a speed test: a loaded machine is slow)
+
+
+def launch(out_dir, *args, fault=()):
+    """train.py in a process of its own (through tests/harness.py's fault harness with `fault`: ACTION MOMENT
+    AFTER)."""
+    script = [os.path.join(REPO, "test_all.py"), "fault", *map(str, fault)] if fault else ["train.py"]
+    return subprocess.run([sys.executable, *script, f"--out_dir={out_dir}", *TRAIN_FAST, *map(str, args)],
+                          cwd=REPO, capture_output=True, text=True, timeout=FAULT_HANG)
+
+
+def launch_torchrun(nproc, out_dir, *args, fault=()):
+    script = [os.path.join(REPO, "test_all.py"), "fault", *map(str, fault)] if fault else ["train.py"]
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+                           *script, f"--out_dir={out_dir}", *TRAIN_FAST, "--rank_timeout=60", *map(str, args)],
+                          cwd=REPO, capture_output=True, text=True, timeout=FAULT_HANG)
+
+
+def read_whole_log(out_dir):
+    """log.jsonl's rows after its header; every line whole (a newline at its end) and JSON."""
+    text = open(os.path.join(out_dir, "log.jsonl")).read()
+    assert text.endswith("\n"), text[-200:]
+    lines = [json.loads(line) for line in text.splitlines()]
+    assert "config" in lines[0]
+    return lines[1:]
+
+
+def logged_steps(out_dir):
+    return [r["step"] for r in read_whole_log(out_dir)]
+
+
+def saved_step(out_dir, name="ckpt"):
+    return torch.load(os.path.join(out_dir, name, "state.pt"), weights_only=False)["step"]
+
+
+def lines_of(stream):
+    return [line for line in stream.splitlines() if line.strip()]
+
+
+def assert_resumes_exactly(out_dir, launch=launch, max_steps=8, validated=()):
+    """--init_from=resume runs to max_steps: the log's steps go 0..max_steps with no gap and no duplicate,
+    validated every 4 steps (a validation the stop left undone is done) and at `validated` (an earlier run's
+    last step), and nothing half-written is left."""
+    result = launch(out_dir, *EVERY, f"--max_steps={max_steps}", "--init_from=resume")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_whole_log(out_dir)
+    assert [r["step"] for r in rows] == list(range(max_steps + 1))
+    assert [r["step"] for r in rows if "val_reward" in r] == sorted({*range(0, max_steps + 1, 4), *validated})
+    assert saved_step(out_dir) == max_steps
+    assert sorted(os.listdir(out_dir)) == ["ckpt", "config.json", "log.jsonl"]  # no ckpt.tmp, no ckpt.old
+    return result
+
+
+def assert_stopped_in_one_line(result, name, step, out_dir):
+    """A stop signal's exit: PREEMPTED, and one line on stderr, its last, saying how to go on."""
+    assert result.returncode == PREEMPTED, result.stderr[-3000:]
+    said = [line for line in lines_of(result.stderr) if "--init_from=resume" in line]
+    assert said == [lines_of(result.stderr)[-1]], result.stderr[-3000:]
+    assert said[0] == (f"train.py: {name}: stopped after step {step}, checkpoint {out_dir / 'ckpt'}; to go on, "
+                       "run the same command with --init_from=resume")
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+
+# -----------------------------------------------------------------------------
+# a stop signal: the step done checkpointed, every rank stopped, the resume exact
+
+
+# (action, moment, after, the step checkpointed, the steps logged): a validation every 4 steps, a checkpoint
+# every 3. Sampling: step 5's, after step 4 -> 4 checkpointed by the stop. Training: step 4, finished, and
+# checkpointed; its validation is left to the resumed run (its row too). Validation: step 4's, finished and
+# logged, then the stop and step 4's checkpoint. Checkpoint: step 6's write (the first after step 3's row)
+# finishes, then the stop: nothing more to write.
+MOMENTS = [("SIGTERM", "sampling", 4, 4, range(5)), ("SIGTERM", "training", 3, 4, range(4)),
+           ("SIGINT", "validation", 3, 4, range(5)), ("SIGTERM", "checkpoint", 3, 6, range(7))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("action,moment,after,checkpointed,logged", MOMENTS, ids=[m[1] for m in MOMENTS])
+def test_a_stop_signal_in_one_process_checkpoints_the_steps_done_and_the_resume_is_exact(
+        tiny_model_dir, tmp_path, action, moment, after, checkpointed, logged):
+    out = tmp_path / "run"
+    result = launch(out, *EVERY, "--max_steps=100", fault=(action, moment, after))
+    assert f"harness: {action} at {moment}" in result.stdout, result.stdout[-3000:]
+    assert_stopped_in_one_line(result, action, checkpointed, out)
+    assert saved_step(out) == checkpointed and logged_steps(out) == list(logged)
+    assert_resumes_exactly(out)
+
+
+# torchrun passes the signal on to every rank (each its own process group); the master acts on it and tells the
+# others over the control group (its "stop", with the exit code); torchrun gives them 30 s before a SIGKILL
+LAYOUTS = [(3, 1, "training"), (3, 1, "checkpoint"), (3, 1, "sampling"), (2, 0, "training")]
+LAYOUT_IDS = ["2fsdp+1sampler-training", "2fsdp+1sampler-checkpoint", "2fsdp+1sampler-sampling",
+              "2data-parallel-training"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nproc,n_samplers,moment", LAYOUTS, ids=LAYOUT_IDS)
+def test_a_stop_signal_to_torchrun_reaches_every_rank_which_stop_checkpointed_and_the_resume_is_exact(
+        tiny_model_dir, tmp_path, nproc, n_samplers, moment):
+    out = tmp_path / "run"
+    launch = lambda *a, **k: launch_torchrun(nproc, *a, f"--n_samplers={n_samplers}", **k)  # noqa: E731
+    result = launch(out, *EVERY, "--max_steps=100", fault=("SIGTERM>torchrun", moment, 3))
+    output = result.stdout + result.stderr
+    assert "harness: SIGTERM>torchrun at" in output, output[-3000:]
+    assert result.returncode != 0  # torchrun itself ends on the signal (its SignalException)
+    exits = {r: (tmp_path / f"exit{r}").exists() and (tmp_path / f"exit{r}").read_text() for r in range(nproc)}
+    assert exits == {rank: str(PREEMPTED) for rank in range(nproc)}, (exits, output[-3000:])
+    said = [line for line in lines_of(output) if "--init_from=resume" in line]
+    assert len(said) == 1 and said[0].startswith("train.py: SIGTERM: stopped after step "), output[-3000:]
+    # every rank exited on its own within torchrun's grace: none was left to its SIGKILL
+    assert "forcefully exiting via" not in output, output[-3000:]
+    assert "rank 0 broke its connection" not in output and "shows no sign of life" not in output, output[-3000:]
+    done = int(said[0].split("after step ")[1].split(",")[0])
+    logged = logged_steps(out)
+    assert saved_step(out) == done >= 3 and logged == list(range(len(logged)))
+    assert logged[-1] in (done, done - 1)  # done - 1: the stop left step done's validation to the resumed run
+    assert_resumes_exactly(out, launch)
+
+# -----------------------------------------------------------------------------
+# kill -9 while a checkpoint is written: the last complete one is taken
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment", ["checkpoint", "swap"])
+def test_kill_9_while_a_checkpoint_is_written_resumes_from_the_last_complete_one_without_duplicates(
+        tiny_model_dir, tmp_path, moment):
+    out = tmp_path / "run"
+    result = launch(out, *EVERY, "--max_steps=100", fault=("SIGKILL", moment, 3))  # step 6's checkpoint
+    assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+    assert logged_steps(out) == list(range(6))  # step 6's row comes after its checkpoint: not written
+    if moment == "checkpoint":  # the weights written, state.pt not: ckpt.tmp is incomplete, ckpt step 3's
+        assert os.path.isdir(out / "ckpt.tmp") and not os.path.exists(out / "ckpt.tmp" / "state.pt")
+        assert saved_step(out) == 3
+    else:  # between the swap's renames: no ckpt, ckpt.old complete
+        assert not os.path.exists(out / "ckpt") and saved_step(out, "ckpt.old") == 3
+    assert_resumes_exactly(out)  # the log cut back to step 3, steps 4-8 again: once each
+
+# -----------------------------------------------------------------------------
+# a full disk under out_dir: one line, the log intact, a resume once there is room
+
+
+def mount_tmpfs(path, size):
+    """A tmpfs of `size` bytes at path (root only) -> whether it is mounted."""
+    os.makedirs(path, exist_ok=True)
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        return False
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.slow
+def test_a_full_disk_under_out_dir_ends_the_run_in_one_line_keeps_the_log_and_resumes_once_there_is_room(
+        tiny_model_dir, tmp_path):
+    """As root: out_dir on a tmpfs with room for one checkpoint, not for the second beside it (the swap holds
+    two); elsewhere ENOSPC is raised by that write (this file's harness). Both: a checkpoint every 3 steps."""
+    disk = tmp_path / "disk"
+    files = {name: os.path.getsize(os.path.join(tiny_model_dir, name)) for name in os.listdir(tiny_model_dir)}
+    checkpoint_bytes = 3 * files.pop("model.safetensors") + sum(files.values())  # weights, AdamW's 2 moments
+    mounted = mount_tmpfs(disk, int(1.5 * checkpoint_bytes) // 4096 * 4096)
+    print("out_dir on a tmpfs" if mounted else "no tmpfs (not root?): ENOSPC injected")
+    out = disk / "run"
+    try:
+        result = launch(out, *EVERY, "--max_steps=8", fault=() if mounted else ("ENOSPC", "checkpoint", 3))
+        assert result.returncode == 1, result.stderr[-3000:]
+        errors = [line for line in lines_of(result.stderr) if line.startswith("train.py: ")]
+        assert errors == [lines_of(result.stderr)[-1]], result.stderr[-3000:]  # one line, the last
+        assert errors[0].startswith(f"train.py: cannot write {out / 'ckpt.tmp'}: ")  # step 6's checkpoint
+        assert "MiB free there" in errors[0]  # (torch's own error says "unexpected pos")
+        assert errors[0].endswith("make room, then run again with --init_from=resume")
+        assert logged_steps(out) == list(range(6))  # the log intact: every row whole, up to step 5
+        assert saved_step(out) == 3 and not os.path.exists(out / "ckpt.tmp")  # its room given back
+        if mounted:  # room
+            subprocess.run(["mount", "-o", f"remount,size={64 << 20}", str(disk)], check=True)
+        assert_resumes_exactly(out)
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(disk)])
+
+# -----------------------------------------------------------------------------
+# a damaged checkpoint file, a torn log: one line each
+
+
+@pytest.fixture(scope="module")
+def checkpointed_run(tiny_model_dir, tmp_path_factory):
+    """A run of 3 steps (its checkpoint at step 3), copied by each test that damages it."""
+    out = tmp_path_factory.mktemp("checkpointed") / "run"
+    result = launch(out, *EVERY, "--max_steps=3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def damage_copy(run, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(run, out)
+    return out
+
+
+def garble(path, offset, n=32):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(bytes(255 - b for b in f.read(n)))  # every bit flipped: the same size
+
+
+def truncate(path):
+    os.truncate(path, os.path.getsize(path) // 2)
+
+
+def garble_pickle(path):
+    """4 bytes flipped inside the pickle (data.pkl) of a torch.save file: a zip, its entries stored."""
+    import struct
+    import zipfile
+    with zipfile.ZipFile(path) as z:
+        offset = next(i for i in z.infolist() if i.filename.endswith("data.pkl")).header_offset
+    with open(path, "rb") as f:  # the entry's local header: 30 bytes, its name and extra field's lengths at 26
+        f.seek(offset + 26)
+        name, extra = struct.unpack("<HH", f.read(4))
+    garble(path, offset + 30 + name + extra + 8, 4)
+
+
+DAMAGES = [("model.safetensors", truncate), ("model.safetensors", lambda p: garble(p, 0)),
+           ("state.pt", lambda p: garble(p, 0)), ("state.pt", garble_pickle), ("optimizer.pt", truncate),
+           ("optimizer.pt", lambda p: garble(p, 0)), ("optimizer.pt", garble_pickle)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,damage", DAMAGES, ids=["weights-truncated", "weights-header-garbled",
+                                                      "state-header-garbled", "state-pickle-garbled",
+                                                      "optimizer-truncated", "optimizer-header-garbled",
+                                                      "optimizer-pickle-garbled"])
+def test_a_truncated_or_garbled_checkpoint_file_is_named_in_one_line_and_nothing_is_touched(
+        checkpointed_run, tmp_path, name, damage):
+    out = damage_copy(checkpointed_run, tmp_path)
+    damage(out / "ckpt" / name)
+    log = (out / "log.jsonl").read_bytes()
+    result = launch(out, *EVERY, "--max_steps=8", "--init_from=resume")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert lines_of(result.stderr) == [lines_of(result.stderr)[0]], result.stderr[-3000:]  # one line
+    assert lines_of(result.stderr)[0].startswith(f"train.py: error: {out / 'ckpt' / name}: a damaged checkpoint file")
+    assert (out / "log.jsonl").read_bytes() == log and sorted(os.listdir(out)) == ["ckpt", "config.json", "log.jsonl"]
+
+
+@pytest.mark.slow
+def test_a_torn_last_log_line_is_dropped_on_resume_in_one_line_and_a_garbled_one_refused(checkpointed_run, tmp_path):
+    out = damage_copy(checkpointed_run, tmp_path / "torn")
+    text = (out / "log.jsonl").read_text()
+    # a write cut short: step 3's row (its checkpoint's own, the run's last: validated) half written; the
+    # resumed run writes it again
+    (out / "log.jsonl").write_text(text[:len(text) - len(text.splitlines()[-1]) // 2 - 1])
+    result = assert_resumes_exactly(out, validated=[3])
+    said = [line for line in lines_of(result.stderr) if "torn" in line]
+    assert said == [f"train.py: {out / 'log.jsonl'}: dropped its torn last line "
+                    f"({len(text.splitlines()[-1]) - len(text.splitlines()[-1]) // 2} characters without a newline: "
+                    "a write cut short); the log goes on after step 2"], result.stderr[-3000:]
+    # a whole line that is not JSON is no crash's: refused, named
+    out = damage_copy(checkpointed_run, tmp_path / "garbled")
+    lines = text.splitlines(keepends=True)
+    (out / "log.jsonl").write_text("".join(lines[:2] + ["{garbled\n"] + lines[3:]))
+    result = launch(out, *EVERY, "--max_steps=8", "--init_from=resume")
+    assert result.returncode == 2 and len(lines_of(result.stderr)) == 1, result.stderr[-3000:]
+    assert result.stderr.startswith(f"train.py: error: {out / 'log.jsonl'} line 3: not a JSON row")
+
 # =============================================================================
 # 10. fit_curve.py
 
@@ -3021,7 +3576,7 @@ def cheat(job):
 @full
 def test_reading_the_answers_earns_nothing_on_any_example_problem():
     rows = [json.loads(line) for line in open(EXAMPLE_CODE)]
-    specs = [data.code_tests(row, "example") for row in rows]
+    specs = [rewards.code_tests(row) for row in rows]
     jobs = [dict(spec, program=READ_ANSWERS.format(path=EXAMPLE_CODE, prompt=row["prompt"]), timeout=FINISHES)
             for row, spec in zip(rows, specs)]
     assert sum(map(cheat_outside_the_sandbox, jobs)) >= 20  # where the dataset can be read, the attack works
@@ -3244,7 +3799,7 @@ def test_correct_programs_pass_in_all_three_styles_and_wrong_ones_fail():
 def test_every_example_code_problem_is_solved_by_its_reference_solution_and_not_by_a_wrong_one():
     rows = [json.loads(line) for line in open(EXAMPLE_CODE)]
     assert len(rows) >= 30 and {"tests", "test", "fn_name", "entry_point", "test_list"} <= set().union(*rows)
-    specs = [data.code_tests(row, "example") for row in rows]
+    specs = [rewards.code_tests(row) for row in rows]
     assert all(list(judge.score_many([dict(spec, program=row["solution"]) for row, spec in zip(rows, specs)])))
     assert not any(list(judge.score_many([dict(spec, program="print(0)") for spec in specs])))
 
@@ -4146,7 +4701,7 @@ def test_tiny_model_loads_in_vllm_with_the_same_tokens_and_logprobs(tiny_model_d
         os.environ.setdefault(key, value)
     from transformers import AutoModelForCausalLM
     from vllm import LLM, SamplingParams
-    from loss import token_logprobs
+    from head import token_logprobs
     llm = LLM(model=tiny_model_dir, dtype="float32", enforce_eager=True, max_model_len=128, max_num_seqs=8, seed=0)
     tok = data.load_tokenizer(tiny_model_dir)
     text = "a3b0c2<think>a3b3 " + INTERRUPT_PHRASE + "5 $\\frac{1}{2}$\n"
@@ -4328,12 +4883,13 @@ def test_humaneval_rows_are_code_rows_with_the_stub_in_a_block_and_check_as_the_
     rows = qwen.humaneval_rows(path)
     assert rows[0] == dict(prompt="```python\ndef add(a: int, b: int) -> int:\n    \"\"\" Add.\n    >>> add(1, 2)\n    3\n"
                                   "    \"\"\"\n```\nReply with the whole function in one ```python code block.",
-                           test=source[0]["test"].strip() + "\n", entry_point="add", domain="humaneval")
-    # the prompt's imports and helpers go into the test: what the test needs comes from the test
+                           prelude=source[0]["prompt"], test=source[0]["test"], entry_point="add",
+                           domain="humaneval")
+    # the prompt's code is the prelude: its imports and helpers run before the program, the test reads them
     assert rows[1]["prompt"].startswith("```python\nimport math\n\ndef helper(x):")
-    assert rows[1]["test"] == "import math\n\ndef helper(x):\n    return -x\n\n" + source[1]["test"]
+    assert rows[1]["prelude"] == source[1]["prompt"] and rows[1]["test"] == source[1]["test"]
     assert all("check(" not in r["test"].split("def check(candidate):")[1] for r in rows)  # no call appended
-    assert all(set(r) == {"prompt", "test", "entry_point", "domain"} for r in rows)  # no solution leaks
+    assert all(set(r) == {"prompt", "prelude", "test", "entry_point", "domain"} for r in rows)  # no solution
 
 
 def test_humaneval_rows_are_rows_data_py_reads_as_code(tmp_path):
@@ -4469,7 +5025,7 @@ def test_the_loo_study_recounts_tokens_and_flops_of_logs_from_before_the_counter
 
 
 def test_no_global_and_no_function_reads_a_name_bound_only_in_main():
-    """One-way data flow (STYLE.md 11): every function of train.py gets its runtime objects as arguments."""
+    """One-way data flow: every function of train.py gets its runtime objects as arguments."""
     import ast
     tree = ast.parse(open(os.path.join(REPO, "train.py")).read())
     main = next(n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test))

@@ -37,8 +37,8 @@ import memory
 import rewards
 import sandbox
 import sample
+import scheduler
 from policy import add_grads, copy_weights, load_policy, push_weights, resolve_dtype, sync_grads
-from scheduler import Rollouts
 
 # -----------------------------------------------------------------------------
 # config: module-level constants; config/*.py files and --key=value override them (configurator.py).
@@ -50,13 +50,21 @@ clip_low = 0.2                 # DAPO / GRPO: ratio clipped below at 1 - clip_lo
 clip_high = 0.28               # DAPO: above at 1 + clip_high (GRPO: 1 + clip_low)
 gspo_low = 3e-3                # GSPO: sequence ratio clipped to [1 - gspo_low, 1 + gspo_high]
 gspo_high = 5e-3
+is_correction = "none"         # loss.IS_CORRECTIONS, beside any loss: 'none' (paper) | 'tis' | 'icepop' |
+                               # 'geo_mask'; their knobs follow
+tis_cap = 2.0                  # token TIS: a token's ratio to the sampler counts at most this
+icepop_low = 0.5               # IcePop: a token whose ratio leaves [low, high] is dropped
+icepop_high = 2.0
+geo_low = 0.99                 # geometric mask: a sequence whose exp(mean log ratio) leaves [low, high] is
+                               # dropped
+geo_high = 1.01
 agg = "prompt"                 # loss aggregation: 'prompt' | 'sample' | 'token'
 adv_norm = "batch"             # advantage normalisation: 'batch' | 'prompt' | 'none'
 zero_var_filter = True         # drop prompt groups whose rewards are all equal
 npr = True                     # No-Positive-Resampling: retire prompts with pass rate >= npr_threshold
 npr_threshold = 0.9
 fp32_head = True               # LM head in fp32 on the sampler and the trainer
-off_policy = "pipeline"        # 'pipeline' (PipelineRL-k) | 'ppo' (PPO-off-policy-k)
+off_policy = "pipeline"        # scheduler.OFF_POLICY: 'pipeline' (PipelineRL-k) | 'ppo' (PPO-off-policy-k)
 max_lag = 8                    # k: generation runs at most k optimizer steps ahead of training
 length_control = "interrupt"   # 'interrupt' (forced '</think>') | 'penalty' (DAPO overlong penalty)
 think_budget_min = data.TINY_THINK_BUDGET[0]  # thinking budget drawn per sequence (paper: 10k..12k)
@@ -121,10 +129,12 @@ weight_bucket_mb = 1024        # the weights travel to the samplers in buckets o
 checkpoint_activations = False # recompute each decoder layer in the backward (activation checkpointing)
 micro_batch = 64               # at most this many completions per forward/backward (0 = no cap)
 micro_batch_tokens = 0         # at most this many padded tokens per forward/backward (0 = no cap)
+warn_truncation = 0.15         # warn once when a step's truncation rate passes this (paper: 10-15% at batch
+                               # 768 signalled instability); the other warnings: checkpoint.warnings
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items() if k[0] != "_" and type(v) in (bool, int, float, str)]
 RULES = dict(agg=("prompt", "sample", "token"), adv_norm=("batch", "prompt", "none"),
-             off_policy=("pipeline", "ppo"), length_control=("interrupt", "penalty"),
+             length_control=("interrupt", "penalty"),
              init_from=("scratch", "resume"), device=("cpu", "cuda"), sampler=("torch", "vllm"),
              dtype=("float32", "bfloat16", "auto"), sampler_dtype=("float32", "bfloat16", "auto"),
              samples_per_prompt=2, think_budget_min=1, rank_timeout=2.0, verify_timeout=0.1,
@@ -143,7 +153,9 @@ def current_config():
 
 
 def configure(args):
-    rules = dict(RULES, loss_type=tuple(loss.LOSSES))  # read now: a loss added to LOSSES is one more choice
+    # read now: a loss or a correction added to its table is one more choice
+    rules = dict(RULES, loss_type=tuple(loss.LOSSES), is_correction=tuple(loss.IS_CORRECTIONS),
+                 off_policy=tuple(scheduler.OFF_POLICY))
     globals().update(configurator.configure(current_config(), args, "train.py", rules))
 
 
@@ -273,10 +285,13 @@ def train_step(policy, groups, step, pad_id):
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.model.parameters(), grad_clip, foreach=True)
     if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
         grad_norm = grad_norm.full_tensor()
-    for key in ("tokens", "is_ratio_sum", "is_truncated_sum", "logprob_mismatch_sum"):
-        sums[key] = sum(s[key] for s in loss_stats)
-    sums = distributed.all_reduce_sums(sums, dict(is_ratio_max=max(s["is_ratio_max"] for s in loss_stats)))
-    stats.update(loss.merge_stats([sums], sums["entropy"]), loss=float(sums["loss"]),
+    # the loss's stats by name (loss.merge_stats): sums, and maxima for names ending in _max, over trainers
+    peak = lambda key: key.endswith("_max")
+    sums.update({k: sum(s[k] for s in loss_stats) for k in loss_stats[0] if not peak(k)})
+    peaks = {k: max(s[k] for s in loss_stats) for k in loss_stats[0] if peak(k)}
+    sums = distributed.all_reduce_sums(sums, peaks)
+    entropy, lost = sums.pop("entropy"), sums.pop("loss")
+    stats.update(loss.merge_stats([sums], entropy), loss=float(lost),
                  grad_norm=float(grad_norm), trained_tokens=int(lengths.sum()))
     finite = math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])
     if finite:  # a non-finite step is logged, not applied (every rank agrees: the sums are global)
@@ -286,9 +301,15 @@ def train_step(policy, groups, step, pad_id):
     return stats if finite else dict(stats, skipped="non_finite")
 
 
+def pass_at_k(n, c, k):
+    """Unbiased pass@k from n samples of which c passed: 1 - C(n - c, k) / C(n, k) (Chen et al. 2021)."""
+    return 1.0 if n - c < k else 1.0 - math.prod(1 - k / i for i in range(n - c + 1, n + 1))
+
+
 @torch.no_grad()
 def evaluate(samplers, rollouts, task, layout, policy, pad_id):
-    """Held-out mean@k, pass@k (k = eval_samples), lag-0 mismatch -> (figures, training tokens meanwhile)."""
+    """Held-out mean@n, pass@k (k = 1, 2, 4, ..., n = eval_samples), lag-0 mismatch -> (figures, training
+    tokens meanwhile)."""
     # sampled as in training (the paper's mean@16 is), under interruption whatever length_control (one
     # protocol, ours), on the training samplers: their groups decode on and wait in `rollouts`
     started = time.time()
@@ -307,26 +328,34 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
     scores = iter(rewards.score([(p, data.decode(task, c.token_ids)) for p, g in zip(prompts, groups)
                                  for c in g.completions], verify_timeout))
     # sums over samples and prompts, overall and per domain: the same keys on every rank
-    counts = {kind + d: 0.0 for kind in ("correct", "total", "solved", "prompts", "squares")
-              for d in ["", *(f"_{d}" for d in task.domains)]}
+    ks = sorted({2 ** i for i in range(eval_samples.bit_length())} | {eval_samples})  # 1, 2, 4, ..., n
+    kinds = ("correct", "total", "prompts", "squares", "binomial", *(f"pass@{k}" for k in ks))
+    counts = {kind + d: 0.0 for kind in kinds for d in ["", *(f"_{d}" for d in task.domains)]}
     for prompt, group in zip(prompts, groups):
         passed = [next(scores) > 0 for _ in group.completions]
+        n, c = len(passed), sum(passed)
         for key in ("", f"_{prompt.domain}"):
-            counts["correct" + key] += sum(passed)
-            counts["total" + key] += len(passed)
-            counts["solved" + key] += any(passed)
+            counts["correct" + key] += c
+            counts["total" + key] += n
             counts["prompts" + key] += 1
-            counts["squares" + key] += (sum(passed) / len(passed)) ** 2  # for the standard error over prompts
+            counts["squares" + key] += (c / n) ** 2  # for the standard error over prompts
+            counts["binomial" + key] += c * (n - c) / n ** 2 / n  # p (1 - p) / n: the sampling's share
+            for k in ks:
+                counts[f"pass@{k}{key}"] += pass_at_k(n, c, k)
     if layout.role == "data_parallel":  # every rank evaluated its share
         counts = distributed.all_reduce_sums(counts)
-    k = f"val_pass@{eval_samples}"  # as peers log it (nanochat, prime-rl, verl): any of the k samples right
     mean = counts["correct"] / counts["total"]
     spread = max(counts["squares"] / counts["prompts"] - mean ** 2, 0.0)  # the prompts' pass rates' variance
+    # val_reward_se: the spread between prompts (a new draw of prompts); val_sampling_se: the samples' own
+    # error on these prompts (what separates points of one run, which share them), sqrt(sum p(1-p)/k) / n
     result = {"val_reward": mean, "val_reward_se": (spread / counts["prompts"]) ** 0.5,
-              k: counts["solved"] / counts["prompts"], "val_seconds": time.time() - started}
-    for d in task.domains if len(task.domains) > 1 else ():
-        result[f"val_reward_{d}"] = counts[f"correct_{d}"] / max(counts[f"total_{d}"], 1)
-        result[f"{k}_{d}"] = counts[f"solved_{d}"] / max(counts[f"prompts_{d}"], 1)
+              "val_sampling_se": counts["binomial"] ** 0.5 / counts["prompts"],
+              "val_seconds": time.time() - started}
+    for d in ["", *(f"_{d}" for d in task.domains)] if len(task.domains) > 1 else [""]:
+        if d:
+            result[f"val_reward{d}"] = counts[f"correct{d}"] / max(counts[f"total{d}"], 1)
+        for k in ks:  # unbiased pass@k from the same samples (Chen et al. 2021), as peers log it
+            result[f"val_pass@{k}{d}"] = counts[f"pass@{k}{d}"] / max(counts[f"prompts{d}"], 1)
     if groups and not policy.sharded:  # (a data-parallel rank may hold no held-out prompt)
         ids, lengths, behaviour, mask, _, _ = collate(groups[:8], torch.zeros(8, eval_samples), pad_id)
         rows = micro_batches(lengths, 0, 1)[0]  # one forward within the trainer's caps (GPUs: 16k tokens)
@@ -370,14 +399,17 @@ def make_policy(path, layout, resume=False):
 
 
 def run_follower(path, task, layout, pad_id, resume):
-    """A follower trainer's life: its share of each step and checkpoint the master sends, until 'stop'."""
+    """A follower trainer's life: its share of each step and checkpoint the master sends, until 'stop' ->
+    the exit code that carries."""
     policy = make_policy(path, layout, resume)
     while (message := layout.mailbox.get(0, "the master (rank 0)"))[0] != "stop":
-        _, batch, step, save = message
+        if message[0] == "save":  # the master's checkpoint.save_run: full_state gathers from every trainer
+            checkpoint.save(out_dir, policy, task.tokenizer, None)
+            continue
+        _, batch, step = message
         train_step(policy, batch, step, pad_id)
         push_weights(policy, None, step + 1, getattr(torch, sampler_dtype), weight_bucket_mb << 20)
-        if save:
-            checkpoint.save(out_dir, policy, task.tokenizer, None)
+    return message[1]
 
 
 def master_parts(path, task, layout, state, step, max_len):
@@ -393,8 +425,8 @@ def master_parts(path, task, layout, state, step, max_len):
     if mine["curriculum"]:
         curriculum.load_state_dict(mine["curriculum"])
     local_prompts = prompts_per_step // layout.world if dp else prompts_per_step  # the groups it brings
-    rollouts = Rollouts(curriculum, task.prompts, samples_per_prompt, local_prompts, max_lag, off_policy,
-                        requeue=mine["in_flight"])
+    rollouts = scheduler.Rollouts(curriculum, task.prompts, samples_per_prompt, local_prompts, max_lag,
+                                  off_policy, requeue=mine["in_flight"])
     samplers = distributed.RemoteSamplers(layout, rank_timeout) if layout.samplers else \
         sample.make_sampler(path, task, layout, step, max_len, current_config(), policy)
     samplers.version = step
@@ -406,6 +438,7 @@ def master_parts(path, task, layout, state, step, max_len):
 
 # -----------------------------------------------------------------------------
 if __name__ == "__main__":
+    stop = distributed.StopSignal()  # SIGTERM, SIGINT: a checkpoint, then every rank stops (the loop)
     configure(sys.argv[1:])
     try:
         distributed.place(n_samplers, sampler, device)  # before anything initialises CUDA
@@ -441,10 +474,10 @@ if __name__ == "__main__":
         fail(problem)
 
     if layout.role == "sampler":  # generate what the master hands out until it says stop (distributed.serve)
-        distributed.serve(sample.make_sampler(load_path, task, layout, step, max_len, config), layout,
-                          rank_timeout)
+        exit_code = distributed.serve(sample.make_sampler(load_path, task, layout, step, max_len, config),
+                                      layout, rank_timeout)
     elif layout.role == "follower":  # train a share of each batch the master sends
-        run_follower(load_path, task, layout, pad_id, resume=state is not None)
+        exit_code = run_follower(load_path, task, layout, pad_id, resume=state is not None)
     else:  # the master, a data-parallel rank, or the one process: the curriculum, the scheduler, the log
         policy, curriculum, rollouts, samplers, slots = master_parts(load_path, task, layout, state, step,
                                                                      max_len)
@@ -458,18 +491,27 @@ if __name__ == "__main__":
         cpu_start = time.process_time() - counters.get("cpu_seconds", 0.0)
         generated = 0  # tokens decoded since a step last counted them
         row, evaluate_row = checkpoint.first_row(state, logged, eval_interval)
-        last = False
+        unlogged, row = row is not None, row or state["row"]  # the step's row, for its log and checkpoint
+        last = stopping = save = False
+        saved_step = step if state else -1  # the step of out_dir's checkpoint
         while True:
+            # a stop signal is read here, between steps (data-parallel ranks agree on it at the batch,
+            # below): the steps done are checkpointed, a validation not begun is left to the resumed run
+            stopping = stopping or (stop.name is not None and not dp)
+            if (save or stopping) and saved_step != step:  # before a validation that may take hours
+                checkpoint.save_run(out_dir, policy, task, layout, curriculum, rollouts,
+                                    dict(step=step, counters=counters, config=config, row=row, last=last))
+                saved_step = step
             # evaluate (step 0, every eval_interval steps, the last) and log the step's row
-            if row is not None:
+            if unlogged and not (stopping and evaluate_row):
                 if evaluate_row:
                     scores, generated = evaluate(samplers, rollouts, task, layout, policy, pad_id)
                     row.update(scores)
                 if log:
                     checkpoint.log_step(log, row, t_start)
-                row = None
+                unlogged = False
                 segment_start = time.time()  # validation and checkpoints are not training compute
-            if last or step >= max_steps:
+            if last or stopping or step >= max_steps:
                 break
             # sample: new prompts within the lag bound, one engine step on every sampler, finished groups in
             room = math.ceil((slots - samplers.num_unfinished * samples_per_prompt) / samples_per_prompt)
@@ -483,28 +525,35 @@ if __name__ == "__main__":
             # reward: the verifier or the sandbox, and the curriculum's pass rates
             reward_groups(batch, task, curriculum)
             last = step + 1 >= max_steps or rollouts.starved or 0 < max_minutes * 60 < time.time() - t_start
-            if dp:  # every rank brings its share: one batch, one decision to stop, every rank's tokens
-                batches, stops, decoded = zip(*distributed.gather_objects((batch, last, generated)))
+            if dp:  # every rank brings its share: one batch, one stop decision (a signal's too), its tokens
+                shares = distributed.gather_objects((batch, last, generated, stop.name is not None))
+                batches, stops, decoded, signalled = zip(*shares)
                 batch, last, generated = [g for share in batches for g in share], any(stops), sum(decoded)
-            save = last or (step + 1) % ckpt_interval == 0
+                stopping = any(signalled)
+            save = last or (step + 1) % ckpt_interval == 0  # at the loop's top
             for rank in range(1, layout.trainers) if layout.samplers else ():  # the followers train it too
-                layout.mailbox.send(rank, ("step", batch, step, save))
+                layout.mailbox.send(rank, ("step", batch, step))
             # train, then push the weights into every sampler, in flight
             stats = train_step(policy, batch, step, pad_id)
             step += 1
             push_weights(policy, samplers, step, getattr(torch, sampler_dtype), weight_bucket_mb << 20)
             row = checkpoint.count(counters, step, stats, generated, n_params, segment_start, cpu_start,
                                    layout.world)
-            generated = 0
+            unlogged, generated = True, 0
             evaluate_row = step % eval_interval == 0 or last
-            if save:  # before a validation that may take hours
-                checkpoint.save_run(out_dir, policy, task, layout, curriculum, rollouts,
-                                    dict(step=step, counters=counters, config=config, row=row, last=last))
         if rollouts.starved and last and master:
             print(f"every training prompt{' of a data-parallel share' if dp else ''} is retired by "
                   "No-Positive-Resampling: stopping")
+        done = not unlogged and (last or step >= max_steps)  # finished: a signal meanwhile changes nothing
+        exit_code = distributed.PREEMPTED if stopping and not done else 0
         if layout.samplers:  # the last message to every other rank
-            samplers.stop()
+            samplers.stop(exit_code)
         if log:
             log.close()
     distributed.finish(layout)
+    if exit_code:  # stopped by a signal: every rank exits with PREEMPTED, the master says how to go on
+        if master:
+            print(f"train.py: {stop.name or 'a stop signal'}: stopped after step {step}, checkpoint "
+                  f"{os.path.join(out_dir, 'ckpt')}; to go on, run the same command with "
+                  "--init_from=resume", file=sys.stderr, flush=True)
+        sys.exit(exit_code)

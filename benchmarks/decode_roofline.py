@@ -36,7 +36,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402
 from step_roofline import wrap  # noqa: E402  (record_function around a method, undone after)
-import loss  # noqa: E402
+import head  # noqa: E402
 import sample  # noqa: E402
 from policy import resolve_dtype  # noqa: E402
 
@@ -140,8 +140,8 @@ def flops(model, s):
             "attention": 4 * c.num_attention_heads * head_dim * context * c.num_hidden_layers}
 
 
-def before_head(hidden, weight, weight32, bias, temperature, fp32_head=True, _head=loss._head):
-    """loss._head before: the logits divided by the temperature into a new tensor."""
+def before_head(hidden, weight, weight32, bias, temperature, fp32_head=True, _head=head._head):
+    """head._head before: the logits divided by the temperature into a new tensor."""
     return _head(hidden, weight, weight32, bias, 1.0, fp32_head) / temperature
 
 
@@ -166,9 +166,9 @@ def before_draw(logits, generator, block=1024):
 def variant(name):
     """Switch the decode to a variant (see the docstring) -> a function that switches it back."""
     if name == "before":
-        head, draw = loss._head, sample.draw_tokens
-        loss._head, sample.draw_tokens = before_head, before_draw
-        return lambda: (setattr(loss, "_head", head), setattr(sample, "draw_tokens", draw))
+        now, draw = head._head, sample.draw_tokens
+        head._head, sample.draw_tokens = before_head, before_draw
+        return lambda: (setattr(head, "_head", now), setattr(sample, "draw_tokens", draw))
     return lambda: None
 
 

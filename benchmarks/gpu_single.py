@@ -28,7 +28,7 @@ Figures, one line each, then one JSON line for the README:
   changed       the fraction of the fp32 master weights that the first step moved (expect >= 0.99)
   plan          memory.py's estimate for the trainer, beside the last step's measured peak
 Written against torch 2.13; the GPU machine has 2.11. Relied on: torch.distributed.fsdp.fully_shard and
-MixedPrecisionPolicy (public since 2.6), and torch.mm(..., out_dtype=) on CUDA (loss.py's fp32 head). That
+MixedPrecisionPolicy (public since 2.6), and torch.mm(..., out_dtype=) on CUDA (head.py's fp32 head). That
 head runs forward and backward on a tiny model first: where it fails, the run says so and goes on with
 --fp32_head=False (bf16 logits in sampler and trainer alike) rather than waste the GPU time.
 """
@@ -51,7 +51,7 @@ from transformers.utils import logging as hf_logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import distributed  # noqa: E402
-import loss as L  # noqa: E402
+import head  # noqa: E402
 import memory  # noqa: E402
 import train  # noqa: E402
 from policy import push_weights, resolve_dtype, weight_plan  # noqa: E402
@@ -108,11 +108,12 @@ def nccl_error(device):
 
 
 def fp32_head_error(device, dtype):
-    """loss.py's fp32 head takes its own route on GPUs (bf16 operands, fp32 accumulation): forward and backward
+    """head.py's fp32 head takes its own route on GPUs (bf16 operands, fp32 accumulation): forward and backward
     on a tiny model, so that a failure costs a second, not minutes of sampling. -> None, or the error line."""
     model = qwen3(SMALL, device).to(dtype)
     try:
-        L.token_logprobs(model, torch.randint(0, SMALL["vocab_size"], (2, 8), device=device)).sum().backward()
+        ids = torch.randint(0, SMALL["vocab_size"], (2, 8), device=device)
+        head.token_logprobs(model, ids).sum().backward()
     except (RuntimeError, TypeError, NotImplementedError) as e:
         return str(e).splitlines()[0]
     return None
@@ -266,7 +267,7 @@ if __name__ == "__main__":
     print(f"NCCL, one rank: {result['nccl_error'] or 'all-reduce ok'}", flush=True)
     error = fp32_head_error(device, getattr(torch, args.dtype))
     if error:
-        print(f"fp32 head: loss.lm_head_logits fails on {device.type}: {error}; going on with --fp32_head=False "
+        print(f"fp32 head: head.lm_head_logits fails on {device.type}: {error}; going on with --fp32_head=False "
               f"(bf16 logits in the sampler and the trainer alike)", flush=True)
         train.configure(["--fp32_head=False"])
         result.update(fp32_head=False, fp32_head_error=error)

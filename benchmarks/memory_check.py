@@ -3,7 +3,7 @@ memory.py's plan beside what FSDP2 and the trainer really hold, measured on CPU 
 (torch.distributed._tools.fsdp2_mem_tracker), term by term, at the trainer's two peaks: a micro-batch's backward
 (the second of two: the first one's gradients held, as in every micro-batch of a real step but the first) and
 AdamW's step. Each trainer is built as policy.load_policy builds it (random weights instead of from_pretrained):
-fp32 parameters, FSDP2 per decoder layer + loss.TokenLogprobs as the root (policy.shard: MixedPrecisionPolicy,
+fp32 parameters, FSDP2 per decoder layer + head.TokenLogprobs as the root (policy.shard: MixedPrecisionPolicy,
 param_dtype = the compute dtype, reduce_dtype fp32), activation checkpointing, AdamW(foreach=True) whose moments
 already exist (a first step on zero gradients), and both gradient-sync choices, imposed by a hook on the root's
 forward whatever train.py asks for:
@@ -24,7 +24,7 @@ fake: Qwen3-8B's real shapes (hidden 4096, 36 layers, MLP 12288, vocab 151,936, 
     tensors it makes for every DTensor op (AdamW's first step: 36 bytes a local parameter instead of 12);
   - transformers is told the rows are not packed (with fake position ids it cannot check, so it builds a
     T x T mask, and SDPA then copies K and V to every head): what it finds with real tensors;
-  - device "cpu", with the head as CUDA runs it (loss.head_weight leaves it bf16; bf16 operands, fp32 logits):
+  - device "cpu", with the head as CUDA runs it (head.head_weight leaves it bf16; bf16 operands, fp32 logits):
     FSDP2 needs streams on "cuda", and CPUs upcast the head to fp32 (a CPU-only term, checked on real tensors).
   train.train_step reads numbers (.item()) that fake tensors do not have, so its memory path runs as a loop
   of its own here: the same module calls, policy_loss, backward, clip_grad_norm_(foreach), AdamW, zero_grad.
@@ -52,6 +52,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import head  # noqa: E402
 import loss as L  # noqa: E402
 import memory  # noqa: E402
 import policy as P  # noqa: E402
@@ -80,7 +81,7 @@ def build_policy(shape, rank, ranks, dtype, checkpoint):
     model = random_model(shape)
     if checkpoint:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=dict(use_reentrant=False))
-    logprobs = L.TokenLogprobs(model)
+    logprobs = head.TokenLogprobs(model)
     P.shard(model, dtype, root=logprobs)
     optimizer = torch.optim.AdamW(model.parameters(), foreach=True, lr=1e-6, betas=(0.9, 0.999), eps=1e-15,
                                   weight_decay=0.01)
@@ -242,8 +243,8 @@ def fake_check(trainers, sync_every, checkpoint=True, shape=QWEN3_8B, tokens=163
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=trainers)
     mesh = init_device_mesh("cpu", (trainers,))
     patched = [(fully_shard_module, "_init_default_mesh"), (sharding_prop, "detect_fake_mode"),
-               (masking_utils, "find_packed_sequence_indices"), (L, "head_weight"), (dist, "all_gather_single"),
-               (dist, "reduce_scatter_single")]
+               (masking_utils, "find_packed_sequence_indices"), (head, "head_weight"),
+               (dist, "all_gather_single"), (dist, "reduce_scatter_single")]
     saved = [getattr(module, name) for module, name in patched]
     comm = dict(all_gather=0, reduce_scatter=0)
 
@@ -256,7 +257,7 @@ def fake_check(trainers, sync_every, checkpoint=True, shape=QWEN3_8B, tokens=163
     fully_shard_module._init_default_mesh = lambda *args, **kwargs: mesh
     sharding_prop.detect_fake_mode = lambda *args, **kwargs: None
     masking_utils.find_packed_sequence_indices = lambda position_ids: None
-    L.head_weight = lambda model, fp32_head=True: model.get_output_embeddings().weight  # as on CUDA
+    head.head_weight = lambda model, fp32_head=True: model.get_output_embeddings().weight  # as on CUDA
     dist.all_gather_single = counting("all_gather", dist.all_gather_single, "output")
     dist.reduce_scatter_single = counting("reduce_scatter", dist.reduce_scatter_single, "input")
     try:

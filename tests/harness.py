@@ -4,9 +4,12 @@ process test_vllm_reloads_tied_embeddings_in_flight_with_the_fp32_head runs (`py
 test_all.py's `__main__` block calls main() with itself: `tests`, whose helpers some harnesses use (fixed_batch,
 recorded_step, the tiny Qwen). No tests here: pytest collects test_all.py only."""
 
+import errno
 import gc
+import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -16,7 +19,7 @@ import torch
 
 import data
 import distributed
-import loss as L
+import head
 import policy as P
 import train
 
@@ -64,7 +67,7 @@ def harness_buckets(out, *bucket_sizes):
     model = LlamaForCausalLM(LlamaConfig(vocab_size=6000, hidden_size=512, intermediate_size=1536,
                                          num_hidden_layers=4, num_attention_heads=8, tie_word_embeddings=False))
     if layout.role != "sampler":
-        P.shard(model, torch.float32, root=L.TokenLogprobs(model))
+        P.shard(model, torch.float32, root=head.TokenLogprobs(model))
     params, result = dict(model.named_parameters()), dict(extra={}, received={})
     for size in map(int, bucket_sizes):
         plan = P.weight_plan(model, size, torch.float32)
@@ -142,9 +145,71 @@ def harness_vllm_tied(tests, path):
     print("tied reload ok")
 
 
+def harness_fault(action, moment, after, *args):
+    """train.py with `args`, as python or torchrun runs it, with one fault on the master (rank 0), fired at the
+    first MOMENT once log.jsonl holds step AFTER's row; it says when on stdout. ACTION: SIGTERM, SIGINT or
+    SIGKILL sent to the master itself, SIGTERM>torchrun sent to its parent (torchrun, which passes it on to
+    every rank), or ENOSPC raised by the write; every rank's exit code is written to exitRANK beside out_dir.
+    MOMENT: sampling (a sampler's engine step), training (a micro-batch's loss), validation (its first prompt
+    handed out), checkpoint (the write of optimizer.pt: the weights written, state.pt not yet), swap
+    (ckpt.tmp renamed into place, ckpt already moved to ckpt.old). test_all.py's fault table uses it."""
+    import runpy
+    import distributed
+    import loss
+    import sample
+    out_dir = next(a.split("=", 1)[1] for a in args if a.startswith("--out_dir="))
+    fired, after = [], int(after)
+
+    def due():
+        if fired or os.environ.get("RANK", "0") != "0" or not os.path.exists(os.path.join(out_dir, "log.jsonl")):
+            return False
+        with open(os.path.join(out_dir, "log.jsonl")) as f:
+            rows = [json.loads(line) for line in f if line.endswith("\n")]
+        return max((r.get("step", -1) for r in rows), default=-1) >= after
+
+    def fault():
+        fired.append(moment)
+        print(f"harness: {action} at {moment}", flush=True)
+        if action == "ENOSPC":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        name, _, whom = action.partition(">")
+        os.kill(os.getppid() if whom == "torchrun" else os.getpid(), getattr(signal, name))
+
+    def before(owner, method, when):
+        original = getattr(owner, method)
+
+        def wrapped(*a, **k):
+            if when(*a, **k) and due():
+                fault()
+            return original(*a, **k)
+        setattr(owner, method, wrapped)
+
+    anytime = lambda *a, **k: True  # noqa: E731
+    if moment == "sampling":
+        before(sample.TorchSampler, "step", anytime)
+        before(distributed.RemoteSamplers, "step", anytime)
+    elif moment == "training":
+        before(loss, "policy_loss", anytime)
+    elif moment == "validation":  # its first prompt handed out
+        before(sample.Sampler, "add", lambda self, prompt_id, *a, **k: prompt_id == ("val", 0))
+        before(distributed.RemoteSamplers, "add", lambda self, prompt_id, *a, **k: prompt_id == ("val", 0))
+    elif moment == "checkpoint":  # the weights written, the optimizer's state next
+        before(torch, "save", lambda obj, f, *a, **k: str(f).endswith("optimizer.pt"))
+    elif moment == "swap":  # ckpt moved to ckpt.old, ckpt.tmp not yet in its place
+        before(os, "rename", lambda src, dst, *a, **k: str(src).endswith("ckpt.tmp"))
+    sys.argv = [os.path.join(REPO, "train.py"), *args]
+    try:
+        runpy.run_path(sys.argv[0], run_name="__main__")
+    except SystemExit as e:  # every rank's exit code, beside out_dir (torchrun does not say them all)
+        with open(os.path.join(os.path.dirname(os.path.abspath(out_dir)), f"exit{os.environ.get('RANK', 0)}"),
+                  "w") as f:
+            f.write(str(e.code))
+        raise
+
+
 def main(tests, name, *args):
     """Run the harness `name` with torchrun's command-line arguments; `tests`: the test_all module."""
     harnesses = dict(fixed_batch=partial(harness_fixed_batch, tests), buckets=harness_buckets,
                      slow_validation=harness_slow_validation, slow_build=harness_slow_build,
-                     vllm_tied=partial(harness_vllm_tied, tests))
+                     vllm_tied=partial(harness_vllm_tied, tests), fault=harness_fault)
     harnesses[name](*args)

@@ -33,7 +33,7 @@ import configurator  # noqa: E402
 from data import (INTERRUPT_PHRASE, LETTERS, THINK_END, THINK_START, TINY_ANSWER_BUDGET, TINY_TASK,
                   TINY_THINK_BUDGET, DataError, decode, load_task, make_problem)  # noqa: E402
 from rewards import score  # noqa: E402
-from loss import token_logprobs  # noqa: E402
+from head import token_logprobs  # noqa: E402
 
 TINY_MODEL = dict(hidden_size=96, num_hidden_layers=3, num_attention_heads=3,  # head_dim 32: vLLM CPU
                   intermediate_size=288, max_position_embeddings=1024)  # 96 wide: RL climbs for hundreds of steps

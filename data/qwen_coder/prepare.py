@@ -161,7 +161,7 @@ def math_rows(path, levels=("Level 1", "Level 2")):
 
 def humaneval_rows(path):
     """HumanEval -> code rows: the stub in a ```python block and the reply wanted; the test defines check(), which the
-    harness calls with the program's entry point. The prompt's code is the row's prelude (data.code_tests): it runs
+    harness calls with the program's entry point. The prompt's code is the row's prelude (rewards.code_tests): it runs
     before the program, so a reply of the entry point alone has the prompt's imports and helpers (poly, encode_cyclic),
     and the test reads them from the prompt, never from the program."""
     rows = []
