@@ -335,7 +335,7 @@ def verified(gold, expression, timeout):
 #           text (after thinking; never None: an unclosed <think> is -1 before any kind sees it)
 #   many    optional, a batch scorer: [(prompt, text, completion_text)] -> an iterator of their verdicts in
 #           order, started at once (code: every program in the sandbox's pool)
-# A new kind: its functions here and one entry in KINDS (tests/new_kinds.py adds a multiple-choice one).
+# A new kind: its functions here and one entry in KINDS (test_all.py adds a multiple-choice one at run time).
 
 Kind = namedtuple("Kind", "fields read reward many", defaults=[None])
 
