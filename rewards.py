@@ -324,9 +324,9 @@ def verified(gold, expression, timeout):
         _verifiers.put(verifier)
 
 # -----------------------------------------------------------------------------
-# reward kinds. KINDS names them; a row's kind is decided once, when data.py reads it (data.row_kind): the
-# kind whose fields the row has, 'answer' standing for the answer_field; of two whose fields nest, the one with
-# more ('choices' and 'answer' over 'answer'). A kind is
+# reward kinds. KINDS names them; a row's kind is decided once, when data.py reads it (data.row_kind):
+# the kind whose fields the row has, 'answer' standing for the answer_field; of two whose fields nest, the
+# one with more ('choices' and 'answer' over 'answer'). A kind is
 #   fields  the fields its rows have: names, or a tuple of names meaning one of them; () for the built-in
 #           task, whose prompts are drawn, never read (a kind naming 'answer' needs it not blank)
 #   read    (row, text, answer) -> the Prompt's fields from the row: text (the problem as the model sees it),

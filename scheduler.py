@@ -67,8 +67,8 @@ class Rollouts:
 
 # -----------------------------------------------------------------------------
 # the off-policy rules: (how many new groups may be handed out now, given `room` in the samplers' queue;
-# whether the P oldest finished groups may train at the step that starts from `version`). OFF_POLICY names them for the off_policy config key; a new
-# rule is two functions and one entry here.
+# whether the P oldest finished groups may train at the step that starts from `version`). OFF_POLICY names
+# them for the off_policy config key; a new rule is two functions and one entry here.
 
 def pipeline_budget(r, room):
     return min((r.k + 1) * r.P - len(r.pending), room)

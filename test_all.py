@@ -278,17 +278,24 @@ LOG_KEYS = ("step gpu_hours flops tokens train_reward loss entropy lr grad_norm 
             "logprob_mismatch time").split()
 
 
-def torchrun(nproc, out_dir, *args, timeout=900, **popen):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "train.py",
-           f"--out_dir={out_dir}", *TRAIN_FAST, "--rank_timeout=60", *map(str, args)]
+def train_script(fault=()):
+    """train.py, or with `fault` (ACTION MOMENT AFTER) train.py under tests/harness.py's harness_fault."""
+    return [os.path.join(REPO, "test_all.py"), "fault", *map(str, fault)] if fault else ["train.py"]
+
+
+def torchrun(nproc, out_dir, *args, timeout=900, fault=(), **popen):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           *train_script(fault), f"--out_dir={out_dir}", *TRAIN_FAST, "--rank_timeout=60", *map(str, args)]
     if popen:
         return subprocess.Popen(cmd, cwd=REPO, text=True, **popen)
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
 def read_train_log(out_dir):
-    with open(os.path.join(out_dir, "log.jsonl")) as f:
-        lines = [json.loads(line) for line in f]
+    """log.jsonl's rows after its header; every line whole (a newline at its end) and JSON."""
+    text = open(os.path.join(out_dir, "log.jsonl")).read()
+    assert text.endswith("\n"), text[-200:]
+    lines = [json.loads(line) for line in text.splitlines()]
     assert "config" in lines[0]
     return lines[1:]
 
@@ -850,9 +857,9 @@ def test_evaluate_counts_the_training_tokens_decoded_during_validation(train_con
 # train.py: whole runs (slow)
 
 
-def run_train(out_dir, *args, timeout=900):  # timeouts here only guard against hangs: a loaded machine is slow
-    return subprocess.run([sys.executable, "train.py", f"--out_dir={out_dir}", *TRAIN_FAST, *map(str, args)],
-                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
+def run_train(out_dir, *args, timeout=900, fault=()):  # timeouts only guard against hangs: a loaded machine is slow
+    return subprocess.run([sys.executable, *train_script(fault), f"--out_dir={out_dir}", *TRAIN_FAST,
+                           *map(str, args)], cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.slow
@@ -2834,35 +2841,10 @@ def test_the_papers_warnings_are_said_once_each_with_what_to_do(capsys):
 
 PREEMPTED = 75  # distributed.PREEMPTED: the exit code after a stop signal and its checkpoint
 EVERY = ["--eval_interval=4", "--ckpt_interval=3"]  # validation every 4 steps, a checkpoint every 3, 8 steps
-FAULT_HANG = 600  # seconds: a run that takes longer hangs (never a speed test: a loaded machine is slow)
-
-
-def launch(out_dir, *args, fault=()):
-    """train.py in a process of its own (through tests/harness.py's fault harness with `fault`: ACTION MOMENT
-    AFTER)."""
-    script = [os.path.join(REPO, "test_all.py"), "fault", *map(str, fault)] if fault else ["train.py"]
-    return subprocess.run([sys.executable, *script, f"--out_dir={out_dir}", *TRAIN_FAST, *map(str, args)],
-                          cwd=REPO, capture_output=True, text=True, timeout=FAULT_HANG)
-
-
-def launch_torchrun(nproc, out_dir, *args, fault=()):
-    script = [os.path.join(REPO, "test_all.py"), "fault", *map(str, fault)] if fault else ["train.py"]
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-                           *script, f"--out_dir={out_dir}", *TRAIN_FAST, "--rank_timeout=60", *map(str, args)],
-                          cwd=REPO, capture_output=True, text=True, timeout=FAULT_HANG)
-
-
-def read_whole_log(out_dir):
-    """log.jsonl's rows after its header; every line whole (a newline at its end) and JSON."""
-    text = open(os.path.join(out_dir, "log.jsonl")).read()
-    assert text.endswith("\n"), text[-200:]
-    lines = [json.loads(line) for line in text.splitlines()]
-    assert "config" in lines[0]
-    return lines[1:]
 
 
 def logged_steps(out_dir):
-    return [r["step"] for r in read_whole_log(out_dir)]
+    return [r["step"] for r in read_train_log(out_dir)]
 
 
 def saved_step(out_dir, name="ckpt"):
@@ -2873,13 +2855,13 @@ def lines_of(stream):
     return [line for line in stream.splitlines() if line.strip()]
 
 
-def assert_resumes_exactly(out_dir, launch=launch, max_steps=8, validated=()):
+def assert_resumes_exactly(out_dir, launch=run_train, max_steps=8, validated=()):
     """--init_from=resume runs to max_steps: the log's steps go 0..max_steps with no gap and no duplicate,
     validated every 4 steps (a validation the stop left undone is done) and at `validated` (an earlier run's
     last step), and nothing half-written is left."""
     result = launch(out_dir, *EVERY, f"--max_steps={max_steps}", "--init_from=resume")
     assert result.returncode == 0, result.stderr[-3000:]
-    rows = read_whole_log(out_dir)
+    rows = read_train_log(out_dir)
     assert [r["step"] for r in rows] == list(range(max_steps + 1))
     assert [r["step"] for r in rows if "val_reward" in r] == sorted({*range(0, max_steps + 1, 4), *validated})
     assert saved_step(out_dir) == max_steps
@@ -2914,7 +2896,7 @@ MOMENTS = [("SIGTERM", "sampling", 4, 4, range(5)), ("SIGTERM", "training", 3, 4
 def test_a_stop_signal_in_one_process_checkpoints_the_steps_done_and_the_resume_is_exact(
         tiny_model_dir, tmp_path, action, moment, after, checkpointed, logged):
     out = tmp_path / "run"
-    result = launch(out, *EVERY, "--max_steps=100", fault=(action, moment, after))
+    result = run_train(out, *EVERY, "--max_steps=100", fault=(action, moment, after))
     assert f"harness: {action} at {moment}" in result.stdout, result.stdout[-3000:]
     assert_stopped_in_one_line(result, action, checkpointed, out)
     assert saved_step(out) == checkpointed and logged_steps(out) == list(logged)
@@ -2933,7 +2915,7 @@ LAYOUT_IDS = ["2fsdp+1sampler-training", "2fsdp+1sampler-checkpoint", "2fsdp+1sa
 def test_a_stop_signal_to_torchrun_reaches_every_rank_which_stop_checkpointed_and_the_resume_is_exact(
         tiny_model_dir, tmp_path, nproc, n_samplers, moment):
     out = tmp_path / "run"
-    launch = lambda *a, **k: launch_torchrun(nproc, *a, f"--n_samplers={n_samplers}", **k)  # noqa: E731
+    launch = lambda *a, **k: torchrun(nproc, *a, f"--n_samplers={n_samplers}", **k)  # noqa: E731
     result = launch(out, *EVERY, "--max_steps=100", fault=("SIGTERM>torchrun", moment, 3))
     output = result.stdout + result.stderr
     assert "harness: SIGTERM>torchrun at" in output, output[-3000:]
@@ -2960,7 +2942,7 @@ def test_a_stop_signal_to_torchrun_reaches_every_rank_which_stop_checkpointed_an
 def test_kill_9_while_a_checkpoint_is_written_resumes_from_the_last_complete_one_without_duplicates(
         tiny_model_dir, tmp_path, moment):
     out = tmp_path / "run"
-    result = launch(out, *EVERY, "--max_steps=100", fault=("SIGKILL", moment, 3))  # step 6's checkpoint
+    result = run_train(out, *EVERY, "--max_steps=100", fault=("SIGKILL", moment, 3))  # step 6's checkpoint
     assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
     assert logged_steps(out) == list(range(6))  # step 6's row comes after its checkpoint: not written
     if moment == "checkpoint":  # the weights written, state.pt not: ckpt.tmp is incomplete, ckpt step 3's
@@ -2995,7 +2977,7 @@ def test_a_full_disk_under_out_dir_ends_the_run_in_one_line_keeps_the_log_and_re
     print("out_dir on a tmpfs" if mounted else "no tmpfs (not root?): ENOSPC injected")
     out = disk / "run"
     try:
-        result = launch(out, *EVERY, "--max_steps=8", fault=() if mounted else ("ENOSPC", "checkpoint", 3))
+        result = run_train(out, *EVERY, "--max_steps=8", fault=() if mounted else ("ENOSPC", "checkpoint", 3))
         assert result.returncode == 1, result.stderr[-3000:]
         errors = [line for line in lines_of(result.stderr) if line.startswith("train.py: ")]
         assert errors == [lines_of(result.stderr)[-1]], result.stderr[-3000:]  # one line, the last
@@ -3019,7 +3001,7 @@ def test_a_full_disk_under_out_dir_ends_the_run_in_one_line_keeps_the_log_and_re
 def checkpointed_run(tiny_model_dir, tmp_path_factory):
     """A run of 3 steps (its checkpoint at step 3), copied by each test that damages it."""
     out = tmp_path_factory.mktemp("checkpointed") / "run"
-    result = launch(out, *EVERY, "--max_steps=3")
+    result = run_train(out, *EVERY, "--max_steps=3")
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
@@ -3067,7 +3049,7 @@ def test_a_truncated_or_garbled_checkpoint_file_is_named_in_one_line_and_nothing
     out = damage_copy(checkpointed_run, tmp_path)
     damage(out / "ckpt" / name)
     log = (out / "log.jsonl").read_bytes()
-    result = launch(out, *EVERY, "--max_steps=8", "--init_from=resume")
+    result = run_train(out, *EVERY, "--max_steps=8", "--init_from=resume")
     assert result.returncode == 2, result.stderr[-3000:]
     assert lines_of(result.stderr) == [lines_of(result.stderr)[0]], result.stderr[-3000:]  # one line
     assert lines_of(result.stderr)[0].startswith(f"train.py: error: {out / 'ckpt' / name}: a damaged checkpoint file")
@@ -3090,7 +3072,7 @@ def test_a_torn_last_log_line_is_dropped_on_resume_in_one_line_and_a_garbled_one
     out = damage_copy(checkpointed_run, tmp_path / "garbled")
     lines = text.splitlines(keepends=True)
     (out / "log.jsonl").write_text("".join(lines[:2] + ["{garbled\n"] + lines[3:]))
-    result = launch(out, *EVERY, "--max_steps=8", "--init_from=resume")
+    result = run_train(out, *EVERY, "--max_steps=8", "--init_from=resume")
     assert result.returncode == 2 and len(lines_of(result.stderr)) == 1, result.stderr[-3000:]
     assert result.stderr.startswith(f"train.py: error: {out / 'log.jsonl'} line 3: not a JSON row")
 
