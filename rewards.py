@@ -34,12 +34,20 @@ TIMEOUT = 2.0          # seconds math-verify may spend on one symbolic answer, i
 WORKERS = 2            # verify_timeout); math-verify's worker processes
 
 
-def scored_text(prompt, completion_text):
+def scored_text(prompt, completion_text, cut=False):
     """The text after a completion's last </think>; all of it when no thinking was opened; None when thinking
-    was opened (by the prompt or the completion) and never closed."""
+    was opened (by the prompt or the completion) and never closed. A text the length cap cut has not
+    concluded: it is read up to its last finished line or sentence (its last 15 may have been 150), and
+    has an answer only if it stated one explicitly there (a closed box, an answer marker, a closed block)."""
+    if cut:
+        ends = list(CLAUSE_END.finditer(completion_text))
+        completion_text = completion_text[:ends[-1].start()] if ends else ""
     if THINK_END in completion_text:
-        return completion_text.rsplit(THINK_END, 1)[1].strip().removesuffix("<eos>").strip()
-    return None if prompt.opens_thinking or THINK_START in completion_text else completion_text
+        text = completion_text.rsplit(THINK_END, 1)[1].strip().removesuffix("<eos>").strip()
+    else:
+        text = None if prompt.opens_thinking or THINK_START in completion_text else completion_text
+    explicit = text is not None and (boxed(text)[0] or MARKER.search(text) or FENCE.search(text))
+    return text if explicit or not cut else ""
 
 
 FENCE = re.compile(r"^```[ \t]*([\w+-]*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -450,10 +458,10 @@ KINDS = dict(
 # -----------------------------------------------------------------------------
 # rewards
 
-def reward(prompt, completion_text, timeout=TIMEOUT):
+def reward(prompt, completion_text, timeout=TIMEOUT, cut=False):
     """+1.0 | -1.0 for one completion of a prompt of any kind: -1 when thinking was opened and never closed,
-    else the verdict of the prompt's kind (KINDS) on the text after thinking."""
-    text = scored_text(prompt, completion_text)
+    else the verdict of the prompt's kind (KINDS) on the text after thinking (cut: by the length cap)."""
+    text = scored_text(prompt, completion_text, cut)
     return -1.0 if text is None else KINDS[prompt.kind].reward(prompt, text, completion_text, timeout)
 
 
@@ -461,12 +469,15 @@ _scorers = ThreadPoolExecutor(WORKERS, thread_name_prefix="rewards")
 
 
 def score(pairs, timeout=TIMEOUT):
-    """[(prompt, completion_text)] -> [+1.0 | -1.0] in order. The pairs of a kind with a batch scorer (code:
-    the sandbox's pool) go to it at once, first; the rest to threads that feed math-verify's workers."""
-    batch = [p.kind if KINDS[p.kind].many and scored_text(p, c) is not None else None for p, c in pairs]
+    """[(prompt, completion_text[, cut by the length cap])] -> [+1.0 | -1.0] in order. The pairs of a kind
+    with a batch scorer (code: the sandbox's pool) go to it at once, first; the rest to threads that feed
+    math-verify's workers."""
+    pairs = [(p, c, *cut) for p, c, *cut in pairs]
+    batch = [p.kind if KINDS[p.kind].many and scored_text(p, c, *cut) is not None else None
+             for p, c, *cut in pairs]
     started = {}  # None: one at a time, in threads
     for kind in sorted(dict.fromkeys(batch), key=lambda kind: kind is None):
         mine = [pair for pair, of in zip(pairs, batch) if of == kind]
-        started[kind] = iter(KINDS[kind].many([(p, scored_text(p, c), c) for p, c in mine]) if kind else
-                             _scorers.map(lambda pair: reward(*pair, timeout=timeout), mine))
+        started[kind] = iter(KINDS[kind].many([(p, scored_text(p, c, *cut), c) for p, c, *cut in mine])
+                             if kind else _scorers.map(lambda t: reward(*t[:2], timeout, *t[2:]), mine))
     return [next(started[kind]) for kind in batch]

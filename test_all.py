@@ -1733,6 +1733,40 @@ def test_a_row_is_of_the_kind_whose_fields_it_has_the_one_with_more_where_they_n
     nothing = kind_error(write_kind_rows(tmp_path, "no.jsonl", [{"prompt": "p"}]))
     assert nothing.endswith("'x_beta' / 'y_beta' (beta) or 'x_alpha' and 'z' (both) (has: prompt)")
 
+CUT_TABLE = [  # (gold, a completion's text, cut by the length cap?, reward): a cut text's unfinished last
+    # line or sentence states nothing (its last number may be the start of another: 15 of 150)
+    ("15", "Each costs 5 dollars.\n3 * 5 = 15", True, -1), ("15", "Each costs 5 dollars.\n3 * 5 = 15", False, 1),
+    ("15", "The answer is 15", True, -1), ("15", "The answer is 15", False, 1),
+    ("15", "3 * 5 = 15, and 15", True, -1), ("15", "\\boxed{1", True, -1), ("15", "\\boxed{15", True, -1),
+    ("15", "\\boxed{15}\n\nLet me verify: 3 * 5 = 1", True, 1), ("15", "The answer is 15.\nCheck: 3 * 5 = 1", True, 1),
+    ("15", "So the answer is 15. Now let", True, 1), ("15", "So she pays 15. Then she buys 2 more, 1", True, -1),
+    ("15", "So she pays 15.\nThen", True, -1), ("15", "So she pays 15.\nThen", False, 1),
+    ("15", "<think>3 * 5 = 15</think>The answer is 15", True, -1),
+    ("15", "<think>3 * 5 = 15</think>The answer is 15.\n", True, 1),
+]
+
+
+@pytest.mark.parametrize("gold, text, cut, expected", CUT_TABLE)
+def test_a_completion_cut_by_the_cap_is_read_up_to_its_last_finished_line_or_sentence(gold, text, cut, expected):
+    prompt = Prompt("x:1", "", [], gold, domain="math")
+    assert rewards.reward(prompt, text, cut=cut) == expected
+    assert rewards.score([(prompt, text, cut), (prompt, text)]) == [expected, rewards.reward(prompt, text)]
+    program = "```python\ndef f():\n    return 15\n```"  # a closed block before the cut is the program
+    assert rewards.scored_text(prompt, program + "\nIt returns 1", cut=True) == program
+    assert rewards.scored_text(prompt, program[:-3], cut=True) == ""
+
+
+def test_the_trainer_tells_the_reward_which_completions_the_cap_cut(monkeypatch):
+    from sample import Completion, Group
+    seen = []
+    monkeypatch.setattr(rewards, "score", lambda triples, timeout: seen.extend(triples) or [1.0] * len(triples))
+    digits = type("Digits", (), {"decode": lambda self, ids, **_: "".join(map(str, ids))})()
+    task = data.Task([Prompt("x:1", "", [1], "15", domain="math")], [], digits, {0}, ["math"])
+    g = Group(0, [1], [Completion([1, 5], [0.0] * 2, [0] * 2, [True] * 2, reason)
+                       for reason in ("eos", "truncated")], index=0)
+    train.reward_groups([g], task, data.Curriculum(1))
+    assert [(text, cut) for _, text, cut in seen] == [("15", False), ("15", True)]
+
 # -----------------------------------------------------------------------------
 # reward() and score() go through the registry
 

@@ -186,8 +186,9 @@ def check_config():
 
 def reward_groups(groups, task, curriculum):
     """Reward every completion (+1 / -1, the batch at once) and give the curriculum each group's pass rate."""
-    pairs = [(task.prompts[g.index], data.decode(task, c.token_ids)) for g in groups for c in g.completions]
-    scores = iter(rewards.score(pairs, verify_timeout))
+    scores = iter(rewards.score([(task.prompts[g.index], data.decode(task, c.token_ids),
+                                  c.finish_reason == "truncated") for g in groups for c in g.completions],
+                                verify_timeout))
     L_max = think_budget_max + answer_budget
     for g in groups:
         g.rewards = [next(scores) for _ in g.completions]
@@ -325,8 +326,8 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
                 groups.append(group)
                 bar.update()
     prompts = [task.val_prompts[g.prompt_id[1]] for g in groups]
-    scores = iter(rewards.score([(p, data.decode(task, c.token_ids)) for p, g in zip(prompts, groups)
-                                 for c in g.completions], verify_timeout))
+    scores = iter(rewards.score([(p, data.decode(task, c.token_ids), c.finish_reason == "truncated")
+                                 for p, g in zip(prompts, groups) for c in g.completions], verify_timeout))
     # sums over samples and prompts, overall and per domain: the same keys on every rank
     ks = sorted({2 ** i for i in range(eval_samples.bit_length())} | {eval_samples})  # 1, 2, 4, ..., n
     kinds = ("correct", "total", "prompts", "squares", "binomial", *(f"pass@{k}" for k in ks))
