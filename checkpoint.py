@@ -1,10 +1,10 @@
-"""A run's out_dir, written by the master and read back on resume: config.json; log.jsonl (README, "The
-log": the contract with fit_curve.py), each row flushed; ckpt/, a Hugging Face model directory (fp32 weights
-and the tokenizer: transformers and vLLM load it as it is) with optimizer.pt and state.pt (step, counters,
-curriculum, the step's log row, the other files' sizes), written beside the old one and swapped in. On
-resume the checkpoint is checked and the log cut back to its step: it goes on with no gap and no duplicate.
-A write that fails (a full disk) ends the run in one line, leaving the log's complete rows and the last
-complete checkpoint (README, "What survives what")."""
+"""A run's out_dir, written by the master and read back on resume: config.json; log.jsonl (README,
+"The log": the contract with fit_curve.py), each row flushed; ckpt/, a Hugging Face model directory
+(fp32 weights and the tokenizer: transformers and vLLM load it as it is) with optimizer.pt and
+state.pt (step, counters, curriculum, the step's log row, the other files' sizes), written beside
+the old one and swapped in. On resume the checkpoint is checked and the log cut back to its step: it
+goes on with no gap and no duplicate. A write that fails (a full disk) ends the run in one line,
+leaving the log's complete rows and the last complete checkpoint (README, "What survives what")."""
 
 import json
 import os
@@ -23,8 +23,8 @@ from fit_curve import fit_sigmoid
 from policy import full_state
 
 class Log(namedtuple("Log", "file history wandb warned")):
-    """The open log.jsonl; history: key -> [(gpu_hours, value)] for the live fits; wandb: None, or wandb;
-    warned: the warnings' state (warnings())."""
+    """The open log.jsonl; history: key -> [(gpu_hours, value)] for the live fits; wandb: None, or
+    wandb; warned: the warnings' state (warnings())."""
 
     def close(self):
         self.file.close()
@@ -42,9 +42,10 @@ def first_line(error):
 
 @contextmanager
 def writing(path, undo=lambda: None):
-    """A write into out_dir (out_dir/NAME). One that fails (a full disk, a lost mount: OSError, or torch's
-    and safetensors' own errors) -> undo() (give the room back, cut a torn line), one line naming `path`,
-    exit 1 at once (no clean-up: peers may hold collectives; they see the connection break)."""
+    """A write into out_dir (out_dir/NAME). One that fails (a full disk, a lost mount: OSError, or
+    torch's and safetensors' own errors) -> undo() (give the room back, cut a torn line), one line
+    naming `path`, exit 1 at once (no clean-up: peers may hold collectives; they see the connection
+    break)."""
     try:
         yield
     except Exception as e:
@@ -52,18 +53,20 @@ def writing(path, undo=lambda: None):
             undo()
         out_dir = os.path.dirname(path)
         free = shutil.disk_usage(out_dir).free / 2**20
-        kept = [d for d in ("ckpt", "ckpt.old") if os.path.isfile(os.path.join(out_dir, d, "state.pt"))]
-        print(f"train.py: cannot write {path}: {first_line(e)} ({free:.1f} MiB free there); out_dir keeps "
-              "the log's complete rows and its last complete checkpoint: make room, then " +
+        kept = [d for d in ("ckpt", "ckpt.old")
+                if os.path.isfile(os.path.join(out_dir, d, "state.pt"))]
+        print(f"train.py: cannot write {path}: {first_line(e)} ({free:.1f} MiB free there); "
+              "out_dir keeps the log's complete rows and its last complete checkpoint: "
+              "make room, then " +
               ("run again with --init_from=resume" if kept else "start again (no checkpoint yet)"),
               file=sys.stderr, flush=True)
         os._exit(1)
 
 
 def read_log(path):
-    """log.jsonl -> (its rows, a torn last line: the text after the last newline, '' if none). A hard kill
-    or a full disk may cut the last line short; a complete line that is not JSON: one line naming it, exit
-    2."""
+    """log.jsonl -> (its rows, a torn last line: the text after the last newline, '' if none). A
+    hard kill or a full disk may cut the last line short; a complete line that is not JSON: one line
+    naming it, exit 2."""
     if not os.path.isfile(path):
         fail(f"{path}: missing: a checkpoint without its run's log cannot resume")
     with open(path) as f:
@@ -78,9 +81,10 @@ def read_log(path):
 
 
 def read_checkpoint(path):
-    """A complete checkpoint directory's state.pt, its other files checked against the sizes it recorded
-    and their headers and pickles read: one that is truncated or garbled -> one line naming it, exit 2.
-    Bytes changed inside the tensors pass (no checksums: hashing an 8B model's checkpoint takes a minute)."""
+    """A complete checkpoint directory's state.pt, its other files checked against the sizes it
+    recorded and their headers and pickles read: one that is truncated or garbled -> one line naming
+    it, exit 2. Bytes changed inside the tensors pass (no checksums: hashing an 8B model's
+    checkpoint takes a minute)."""
     def read_pickle(file):  # torch.save's zip: its directory, and its pickle read, CRC-32 checked
         with zipfile.ZipFile(file) as z:
             z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
@@ -89,7 +93,8 @@ def read_checkpoint(path):
     try:
         read_pickle(file)
         state = torch.load(file, weights_only=False)
-        for name, size in state.get("files", {}).items():  # (a checkpoint of an older train.py: none)
+        # (a checkpoint of an older train.py: none)
+        for name, size in state.get("files", {}).items():
             file = os.path.join(path, name)
             if os.path.getsize(file) != size:
                 raise ValueError(f"{os.path.getsize(file)} bytes, {size} when written")
@@ -99,8 +104,8 @@ def read_checkpoint(path):
             elif name.endswith(".pt"):
                 read_pickle(file)
     except Exception as e:
-        fail(f"{file}: a damaged checkpoint file, truncated or garbled ({first_line(e)}); restore it or "
-             "start again in another --out_dir")
+        fail(f"{file}: a damaged checkpoint file, truncated or garbled ({first_line(e)}); "
+             "restore it or start again in another --out_dir")
     return state
 
 
@@ -116,8 +121,9 @@ def resume(out_dir):
 
 
 def first_row(state, logged, eval_interval):
-    """(the run's first row to log, whether to evaluate it): step 0's (R0, always evaluated), a resumed step's
-    whose row a crash kept from the log, or (None, False) when the log has it already."""
+    """(the run's first row to log, whether to evaluate it): step 0's (R0, always evaluated), a
+    resumed step's whose row a crash kept from the log, or (None, False) when the log has it
+    already."""
     if state is None:
         return dict(step=0, gpu_hours=0.0, flops=0.0, tokens=0), True
     if max((r.get("step", -1) for r in logged), default=-1) >= state["step"]:
@@ -126,55 +132,64 @@ def first_row(state, logged, eval_interval):
 
 
 def fitted(key):
-    """The log's keys the live fits follow: val_reward and val_reward_<domain>, not their standard errors."""
+    """The log's keys the live fits follow: val_reward and val_reward_<domain>, not their standard
+    errors."""
     return key.startswith("val_reward") and not key.endswith("_se")
 
 
 def log_step(log, row, t_start):
-    """The live scaling-law fits on validation steps (one per domain), the JSONL row, the human line."""
+    """The live scaling-law fits on validation steps (one per domain), the JSONL row, the human
+    line."""
     for key in list(filter(fitted, row)):
         log.history[key].append((row["gpu_hours"], row[key]))
         try:  # live prediction: the same fit as `python fit_curve.py out/log.jsonl --y=KEY`
             fit = fit_sigmoid(*zip(*log.history[key]))
             suffix = key.removeprefix("val_reward")
-            row.update({f"fit_A{suffix}": fit.A, f"fit_B{suffix}": fit.B, f"fit_C_mid{suffix}": fit.C_mid})
+            row.update({f"fit_A{suffix}": fit.A, f"fit_B{suffix}": fit.B,
+                        f"fit_C_mid{suffix}": fit.C_mid})
         except ValueError:
             pass  # fewer than 4 points past the early transient
     row["time"] = time.time() - t_start
     warnings(log.warned, row)
     path = log.file.name
-    end = os.path.getsize(path)  # a failed write is cut back to here: the log keeps complete rows only
+    # a failed write is cut back to here: the log keeps complete rows only
+    end = os.path.getsize(path)
     with writing(path, undo=lambda: os.truncate(path, end)):
-        print(json.dumps(row), file=log.file, flush=True)  # flushed: fit_curve.py may read a live run
+        # flushed: fit_curve.py may read a live run
+        print(json.dumps(row), file=log.file, flush=True)
     if log.wandb:  # the same row on the dashboard (its numbers)
-        log.wandb.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=row["step"])
-    line = [f"step {row['step']}"] + ([f"reward {row['train_reward']:+.3f}", f"loss {row['loss']:.4f}"]
-                                      if "train_reward" in row else [])
+        log.wandb.log({k: v for k, v in row.items() if isinstance(v, (int, float))},
+                      step=row["step"])
+    line = [f"step {row['step']}"] + ([f"reward {row['train_reward']:+.3f}",
+                                       f"loss {row['loss']:.4f}"] if "train_reward" in row else [])
     if "val_reward" in row:
-        se = f" ± {row['val_reward_se']:.3f}" if "val_reward_se" in row else ""  # over held-out prompts
+        # over held-out prompts
+        se = f" ± {row['val_reward_se']:.3f}" if "val_reward_se" in row else ""
         fit = f" (fit A {row['fit_A']:.3f})" if "fit_A" in row else ""
         line.append(f"val {row['val_reward']:.3f}{se}{fit}")
     line += [f"lag {row['policy_lag_mean']:.2f}"] if "policy_lag_mean" in row else []
-    print(" | ".join(line + [f"{row.get('step_time', 0.0):.2f} s", f"{row['time']:.0f} s total"]), flush=True)
+    print(" | ".join(line + [f"{row.get('step_time', 0.0):.2f} s", f"{row['time']:.0f} s total"]),
+          flush=True)
 
 
 def warnings(warned, row):
-    """The paper's warnings, each once a sitting, on the console and in the row ('warning'), with what to
-    do."""
+    """The paper's warnings, each once a sitting, on the console and in the row ('warning'), with
+    what to do."""
     if warned.get("mismatch_lag0") is None:  # the sitting's first figure
         warned["mismatch_lag0"] = row.get("logprob_mismatch_lag0")
     first = warned["mismatch_lag0"]
-    cut, lag0, c_mid = row.get("truncation_rate", 0.0), row.get("logprob_mismatch_lag0"), row.get("fit_C_mid")
+    cut, lag0, c_mid = (row.get("truncation_rate", 0.0), row.get("logprob_mismatch_lag0"),
+                        row.get("fit_C_mid"))
     found = {
         "truncation": cut > warned["limit"] and
         f"truncation rate {cut:.0%} > warn_truncation={warned['limit']}: the paper saw instability "
         "past 10-15%; raise think_budget_max or lower lr",
         "mismatch": lag0 is not None and first is not None and lag0 > 5 * max(first, 1e-3) and
-        f"sampler/trainer mismatch at lag 0 {lag0:.3g}, over 5x its first {first:.3g}: check that the "
-        "weights reach the samplers, fp32_head and sampler_dtype",
+        f"sampler/trainer mismatch at lag 0 {lag0:.3g}, over 5x its first {first:.3g}: check that "
+        "the weights reach the samplers, fp32_head and sampler_dtype",
         "extrapolation": c_mid is not None and c_mid > row["gpu_hours"] and
-        f"the live fit's C_mid {c_mid:.3g} lies beyond the data ({row['gpu_hours']:.3g} gpu_hours): its A is "
-        "an extrapolation; trust it once C_mid is inside the run"}
+        f"the live fit's C_mid {c_mid:.3g} lies beyond the data ({row['gpu_hours']:.3g} "
+        "gpu_hours): its A is an extrapolation; trust it once C_mid is inside the run"}
     new = [message for key, message in found.items() if message and not warned.get(key)]
     for key, message in found.items():
         warned[key] = warned.get(key) or bool(message)
@@ -186,9 +201,9 @@ def warnings(warned, row):
 
 def open_run(out_dir, config, layout, n_params, isolation, logged):
     """The master's config.json and log.jsonl (mirrored to Weights & Biases with wandb_log)."""
-    # A new run writes the header: the config, the model's size and, with code rewards, the sandbox's
-    # isolation (printed too); a resumed one rewrites its rows `logged` (the lines after its checkpoint are a
-    # crash's leftovers)
+    # A new run writes the header: the config, the model's size and, with code rewards, the
+    # sandbox's isolation (printed too); a resumed one rewrites its rows `logged` (the lines after
+    # its checkpoint are a crash's leftovers)
     header = dict(config=config, n_params=n_params, world=layout.world)
     if isolation:  # the isolation code rewards run under
         header["sandbox"] = isolation
@@ -196,14 +211,17 @@ def open_run(out_dir, config, layout, n_params, isolation, logged):
     mirror = None
     if config["wandb_log"]:  # imported only when on
         import wandb as mirror
-        mirror.init(project=config["wandb_project"], name=config["wandb_run_name"] or None, config=config)
+        mirror.init(project=config["wandb_project"], name=config["wandb_run_name"] or None,
+                    config=config)
     rows = [header] if logged is None else logged  # a new run's log starts with its header
     path, history = os.path.join(out_dir, "log.jsonl"), defaultdict(list)
     torn = read_log(path)[1] if logged is not None else ""
-    if torn:  # repaired: the row comes again (its step is past the checkpoint's, or the checkpoint's own)
+    # repaired: the row comes again (its step is past the checkpoint's, or the checkpoint's own)
+    if torn:
         after = f"step {rows[-1]['step']}" if rows and "step" in rows[-1] else "its header"
-        print(f"train.py: {path}: dropped its torn last line ({len(torn)} characters without a newline: a "
-              f"write cut short); the log goes on after {after}", file=sys.stderr, flush=True)
+        print(f"train.py: {path}: dropped its torn last line ({len(torn)} characters without a "
+              f"newline: a write cut short); the log goes on after {after}",
+              file=sys.stderr, flush=True)
     with writing(path):
         os.makedirs(out_dir, exist_ok=True)
         with open(os.path.join(out_dir, "config.json"), "w") as f:
@@ -218,20 +236,24 @@ def open_run(out_dir, config, layout, n_params, isolation, logged):
 
 
 def count(counters, step, stats, generated, n_params, started, cpu_start, world):
-    """A step into the run's counters -> its log row: each generated token counted once (~2N FLOPs a token
-    generated, ~6N trained), the wall time of sampling and training since `started` (validation apart)."""
+    """A step into the run's counters -> its log row: each generated token counted once (~2N FLOPs a
+    token generated, ~6N trained), the wall time of sampling and training since `started`
+    (validation apart)."""
     counters["flops"] += 2 * n_params * generated + 6 * n_params * stats["trained_tokens"]
     counters["tokens"] += generated
-    elapsed = time.time() - started  # read once: gpu_hours and step_time agree, even across a preemption
+    # read once: gpu_hours and step_time agree, even across a preemption
+    elapsed = time.time() - started
     counters["train_seconds"] += elapsed
     counters["cpu_seconds"] = time.process_time() - cpu_start  # validation included
-    return dict(step=step, gpu_hours=counters["train_seconds"] * world / 3600, flops=counters["flops"],
-                tokens=counters["tokens"], cpu_seconds=counters["cpu_seconds"], step_time=elapsed, **stats)
+    return dict(step=step, gpu_hours=counters["train_seconds"] * world / 3600,
+                flops=counters["flops"], tokens=counters["tokens"],
+                cpu_seconds=counters["cpu_seconds"], step_time=elapsed, **stats)
 
 
 def save_run(out_dir, policy, task, layout, curriculum, rollouts, state):
-    """The checkpoint: weights and optimizer, every rank's curriculum and its groups in flight, `state`. The
-    master's followers save with it (train.py's run_follower): full_state's gathers need every trainer."""
+    """The checkpoint: weights and optimizer, every rank's curriculum and its groups in flight,
+    `state`. The master's followers save with it (train.py's run_follower): full_state's gathers
+    need every trainer."""
     from distributed import gather_objects
     for rank in range(1, layout.trainers) if layout.role == "master" else ():
         layout.mailbox.send(rank, ("save",))
@@ -241,8 +263,9 @@ def save_run(out_dir, policy, task, layout, curriculum, rollouts, state):
 
 
 def save(out_dir, policy, tokenizer, state):
-    """Every trainer calls it (full_state's gathers are collectives); the master writes ckpt.tmp, state.pt
-    last (its presence marks a complete directory; it records the other files' sizes), and swaps it in."""
+    """Every trainer calls it (full_state's gathers are collectives); the master writes ckpt.tmp,
+    state.pt last (its presence marks a complete directory; it records the other files' sizes), and
+    swaps it in."""
     weights, optimizer_state = full_state(policy)
     if weights is None:
         return
@@ -254,7 +277,8 @@ def save(out_dir, policy, tokenizer, state):
         torch.save(optimizer_state, os.path.join(tmp, "optimizer.pt"))
         files = {name: os.path.getsize(os.path.join(tmp, name)) for name in os.listdir(tmp)}
         torch.save(dict(state, files=files), os.path.join(tmp, "state.pt"))
-        if os.path.isdir(final):  # a crash leaves ckpt or ckpt.old complete, never a half-written ckpt
+        # a crash leaves ckpt or ckpt.old complete, never a half-written ckpt
+        if os.path.isdir(final):
             shutil.rmtree(old, ignore_errors=True)
             os.rename(final, old)
         os.rename(tmp, final)

@@ -1,6 +1,7 @@
-"""nanoGPT's configurator, strict, for every entry point: config files (plain assignments, config/*.py) and
---key=value override the defaults in order (python train.py config/scalerl_1gpu.py --lr=1e-6). An unknown
-key, a value of the wrong type or outside its allowed values: one line on stderr and exit code 2, no work.
+"""nanoGPT's configurator, strict, for every entry point: config files (plain assignments,
+config/*.py) and --key=value override the defaults in order
+(python train.py config/scalerl_1gpu.py --lr=1e-6). An unknown key, a value of the wrong type or
+outside its allowed values: one line on stderr and exit code 2, no work.
 """
 
 import os
@@ -15,8 +16,10 @@ def fail(program, message):
 
 
 def configure(defaults, args, program, rules=None):
-    """defaults {key: value} (a value's type is its key's type), args (config files, --key=value: in order),
-    rules {key: a tuple of the allowed values, or the smallest allowed number} -> a new dict, checked."""
+    """defaults {key: value} (a value's type is its key's type),
+    args (config files, --key=value: in order),
+    rules {key: a tuple of the allowed values, or the smallest allowed number}
+    -> a new dict, checked."""
     config = dict(defaults)
     for arg in args:
         if arg.startswith("--"):
@@ -35,8 +38,10 @@ def configure(defaults, args, program, rules=None):
             items = {k: v for k, v in namespace.items() if not k.startswith("_")}
         for key, value in items.items():
             if key not in config:
-                fail(program, f"{arg}: unknown config key {key!r}; valid keys: {', '.join(config)}")
-            value = float(value) if type(config[key]) is float and type(value) is int else value  # 1 -> 1.0
+                fail(program,
+                     f"{arg}: unknown config key {key!r}; valid keys: {', '.join(config)}")
+            value = (float(value) if type(config[key]) is float and type(value) is int
+                     else value)  # 1 -> 1.0
             if type(value) is not type(config[key]):
                 fail(program, f"{arg}: {key} must be {type(config[key]).__name__}, got {value!r}")
             config[key] = value
@@ -45,5 +50,6 @@ def configure(defaults, args, program, rules=None):
         if isinstance(allowed, tuple) and value not in allowed:
             fail(program, f"{key}={value!r}: must be one of {', '.join(map(str, allowed))}")
         if not isinstance(allowed, tuple) and value < allowed:
-            fail(program, f"{key}={value!r}: must be >= {allowed}" + " (0: no limit)" * (allowed == 0))
+            fail(program, f"{key}={value!r}: must be >= {allowed}"
+                          + " (0: no limit)" * (allowed == 0))
     return config

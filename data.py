@@ -1,5 +1,5 @@
-"""RL tasks: the built-in task, JSONL rows of every reward kind (rewards.KINDS: math, code; README), each
-row's kind decided once as it is read, held-out splits, No-Positive-Resampling.
+"""RL tasks: the built-in task, JSONL rows of every reward kind (rewards.KINDS: math, code; README),
+each row's kind decided once as it is read, held-out splits, No-Positive-Resampling.
 
     python data.py --data=FILE.jsonl    # check a JSONL dataset: its size, or its first error
 """
@@ -17,39 +17,50 @@ import configurator
 import sandbox
 from rewards import KINDS, THINK_END, THINK_START
 
-INTERRUPT_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
-# The built-in task (ours; the paper trains on Polaris-53K math), its prompts i.i.d. from one generator (the
-# held-out ones never in training), its base model made by data/builtin/prepare.py: 2-20 numbers from 0-3
-# tagged by letters, the running sum mod 10 after each, then the last:
+INTERRUPT_PHRASE = (
+    "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
+)
+# The built-in task (ours; the paper trains on Polaris-53K math), its prompts i.i.d. from one
+# generator (the held-out ones never in training), its base model made by data/builtin/prepare.py:
+# 2-20 numbers from 0-3 tagged by letters, the running sum mod 10 after each, then the last:
 # a3b0c2d1e2 -> <think>a3b3c5d6e8</think>8.
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 TINY_TASK = dict(min_terms=2, max_terms=20, max_term=3)  # n in 2..20 numbers, each 0..3
-# completion tokens before the forced interruption (paper: 10k-12k). They cut no correct chain (a chain of n
-# numbers ends with '</think>' as completion token 2n + 2, 42 at most), so the interruption acts only on
-# runaway chains, as the paper's 10-12k of thinking does.
+# completion tokens before the forced interruption (paper: 10k-12k). They cut no correct chain
+# (a chain of n numbers ends with '</think>' as completion token 2n + 2, 42 at most), so the
+# interruption acts only on runaway chains, as the paper's 10-12k of thinking does.
 TINY_THINK_BUDGET = (44, 48)
 TINY_ANSWER_BUDGET = 4        # tokens after </think> (paper: 2,048); the answer is 1 digit + <eos>
 
 
 class DataError(ValueError):
-    """Bad input (file, line, field named in the message): print it on one line and exit non-zero."""
+    """Bad input (file, line, field named in the message):
+    print it on one line and exit non-zero."""
 
 
 @dataclass
 class Prompt:
     id: str               # "builtin:17" (draw number), or "file.jsonl:12" (file name and line)
     text: str             # the problem as written (before any chat template)
-    input_ids: list       # what the sampler feeds the model: chat template applied when there is one
+    input_ids: list       # what the sampler feeds the model:
+                          # chat template applied when there is one
     answer: str           # the reference answer ("" for code)
     difficulty: int = 0   # built-in task: number of terms; datasets: 0
-    domain: str = ""      # "builtin", the file's stem, or the row's "domain" field: val_reward_<domain>
-    kind: str = None      # its reward kind (rewards.KINDS), decided once, as its row is read (row_kind)
-    code: dict = None     # code problems: their tests, as judge.passes() keywords (tests, fn_name | test)
-    weight: float = None  # the domain's weight from data_path ("file.jsonl:2"); None: datasets pooled
-    opens_thinking: bool = False  # the prompt as fed to the model ends inside <think> (some chat templates)
+    domain: str = ""      # "builtin", the file's stem, or the row's "domain" field:
+                          # val_reward_<domain>
+    kind: str = None      # its reward kind (rewards.KINDS), decided once,
+                          # as its row is read (row_kind)
+    code: dict = None     # code problems: their tests,
+                          # as judge.passes() keywords (tests, fn_name | test)
+    weight: float = None  # the domain's weight from data_path ("file.jsonl:2");
+                          # None: datasets pooled
+    opens_thinking: bool = False  # the prompt as fed to the model ends inside <think>
+                                  # (some chat templates)
 
-    def __post_init__(self):  # a Prompt made by hand (a test, a benchmark) names no kind: its fields give it
-        self.kind = self.kind or ("code" if self.code else "builtin" if self.domain == "builtin" else "math")
+    def __post_init__(self):  # a Prompt made by hand (a test, a benchmark) names no kind:
+                              # its fields give it
+        self.kind = self.kind or ("code" if self.code else
+                                  "builtin" if self.domain == "builtin" else "math")
 
 
 Task = namedtuple("Task", "prompts val_prompts tokenizer eos_ids domains")
@@ -64,7 +75,8 @@ def make_problem(rng, min_terms=2, max_terms=12, max_term=3):
 
 
 def builtin_split(tokenizer, n_train, n_val, seed):
-    """n_val distinct held-out problems, then n_train i.i.d. training problems that are none of them."""
+    """n_val distinct held-out problems, then n_train i.i.d. training problems
+    that are none of them."""
     if n_train < 1:
         raise DataError("the built-in task draws n_train training prompts: n_train must be >= 1")
     rng, seen, drawn, train, val = random.Random(seed), set(), 0, [], []
@@ -73,7 +85,8 @@ def builtin_split(tokenizer, n_train, n_val, seed):
             text, answer, terms = make_problem(rng, **TINY_TASK)
             if text not in seen:
                 ids = encode_prompt(tokenizer, text)
-                split.append(Prompt(f"builtin:{drawn}", text, ids, answer, len(terms), "builtin", "builtin"))
+                split.append(Prompt(f"builtin:{drawn}", text, ids, answer, len(terms),
+                                    "builtin", "builtin"))
                 if split is val:
                     seen.add(text)
             drawn += 1
@@ -81,7 +94,8 @@ def builtin_split(tokenizer, n_train, n_val, seed):
 
 
 def read_jsonl(path, prompt_field=None, answer_field="answer"):
-    """-> [dict(line, text, answer, code, domain, kind)], or a DataError naming the line and the field."""
+    """-> [dict(line, text, answer, code, domain, kind)],
+    or a DataError naming the line and the field."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: no such file")
     with open(path, encoding="utf-8") as f:
@@ -93,7 +107,8 @@ def read_jsonl(path, prompt_field=None, answer_field="answer"):
 
 
 def json_int(digits):
-    """A JSON int of any length: Python 3.11 converts 4,300 digits at most, longer ones in halves."""
+    """A JSON int of any length: Python 3.11 converts 4,300 digits at most,
+    longer ones in halves."""
     if len(digits) <= 4000:
         return int(digits)
     if digits[0] == "-":
@@ -103,8 +118,8 @@ def json_int(digits):
 
 
 def read_row(line, where, path, prompt_field, answer_field):
-    """One line of a JSONL dataset -> dict(text, answer, code, domain, kind), or a DataError naming the field.
-    Its kind is decided here, once (row_kind), and its kind reads it (rewards.KINDS)."""
+    """One line of a JSONL dataset -> dict(text, answer, code, domain, kind), or a DataError naming
+    the field. Its kind is decided here, once (row_kind), and its kind reads it (rewards.KINDS)."""
     try:
         row = json.loads(line, parse_int=json_int)
     except json.JSONDecodeError as e:
@@ -113,7 +128,8 @@ def read_row(line, where, path, prompt_field, answer_field):
         raise DataError(f"{where}: malformed JSON ({type(e).__name__}: {str(e)[:100]})") from None
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
-    missing = lambda named: DataError(f"{where}: missing field {named} (has: {', '.join(row) or 'none'})")
+    missing = lambda named: DataError(
+        f"{where}: missing field {named} (has: {', '.join(row) or 'none'})")
     blank = lambda value: value is None or isinstance(value, str) and not value.strip()
     field = prompt_field or ("prompt" if "prompt" in row else "problem")
     if blank(row.get(field)):
@@ -125,10 +141,11 @@ def read_row(line, where, path, prompt_field, answer_field):
         raise DataError(f"{where}: field {field!r} must be a string")
     domain = row.get("domain", os.path.splitext(os.path.basename(path))[0])
     if "domain" in row and not (isinstance(domain, str) and re.fullmatch(r"[\w.-]+", domain)):
-        raise DataError(f"{where}: field 'domain' must be a name of letters, digits, '_', '.' or '-'")
+        raise DataError(
+            f"{where}: field 'domain' must be a name of letters, digits, '_', '.' or '-'")
     if domain == "builtin":
-        raise DataError(f"{where}: the domain 'builtin' is the built-in task's; rename the file or set a "
-                        "'domain' field")
+        raise DataError(f"{where}: the domain 'builtin' is the built-in task's; "
+                        "rename the file or set a 'domain' field")
     try:
         read = KINDS[kind].read(row, row[field], row.get(answer_field))
     except ValueError as e:  # the kind's reader names the field
@@ -137,30 +154,37 @@ def read_row(line, where, path, prompt_field, answer_field):
 
 
 def row_kind(row, where, answer_field="answer"):
-    """A row's kind, a key of rewards.KINDS: the kind whose fields it has; of two whose fields nest, the one
-    with more ('choices' and 'answer' over 'answer'); else a DataError naming what each kind needs."""
+    """A row's kind, a key of rewards.KINDS: the kind whose fields it has; of two whose fields nest,
+    the one with more ('choices' and 'answer' over 'answer');
+    else a DataError naming what each kind needs."""
     found = {}
     for kind in KINDS:
         needed = kind_fields(kind, answer_field)
         if needed and all(row.keys() & set(names) for names in needed):
             found[kind] = {f for names in needed for f in names if f in row}
-    found = {kind: have for kind, have in found.items() if not any(have < other for other in found.values())}
+    found = {kind: have for kind, have in found.items()
+             if not any(have < other for other in found.values())}
     if len(found) == 1:
         return next(iter(found))
-    named = [" and ".join(repr(f) for f in row if f in have) + f" ({kind})" for kind, have in found.items()]
-    raise DataError(f"{where}: both {' and '.join(named)}; keep one" if found else
-                    f"{where}: missing field {needed_fields(answer_field)} (has: {', '.join(row) or 'none'})")
+    named = [" and ".join(repr(f) for f in row if f in have) + f" ({kind})"
+             for kind, have in found.items()]
+    raise DataError(
+        f"{where}: both {' and '.join(named)}; keep one" if found else
+        f"{where}: missing field {needed_fields(answer_field)} (has: {', '.join(row) or 'none'})")
 
 
 def kind_fields(kind, answer_field="answer"):
-    """A kind's fields as [[a name, or the names one of which], ...], 'answer' standing for answer_field."""
-    return [[answer_field if f == "answer" else f for f in ((names,) if isinstance(names, str) else names)]
+    """A kind's fields as [[a name, or the names one of which], ...],
+    'answer' standing for answer_field."""
+    return [[answer_field if f == "answer" else f
+             for f in ((names,) if isinstance(names, str) else names)]
             for names in KINDS[kind].fields]
 
 
 def needed_fields(answer_field="answer"):
     """What each kind of row needs: "'answer' (math) or 'tests' / 'test' / 'test_list' (code)"."""
-    return " or ".join(" and ".join(" / ".join(map(repr, names)) for names in kind_fields(kind, answer_field))
+    return " or ".join(" and ".join(" / ".join(map(repr, names))
+                                    for names in kind_fields(kind, answer_field))
                        + f" ({kind})" for kind in KINDS if KINDS[kind].fields)
 
 
@@ -169,18 +193,23 @@ def jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_fiel
     rows = read_jsonl(path, prompt_field, answer_field)
     random.Random(seed).shuffle(rows)
     # each domain's rows; domains and rows in the shuffled order
-    by_domain = {d: [r for r in rows if r["domain"] == d] for d in dict.fromkeys(r["domain"] for r in rows)}
+    by_domain = {d: [r for r in rows if r["domain"] == d]
+                 for d in dict.fromkeys(r["domain"] for r in rows)}
     train, val = [], []
-    for domain, rows in by_domain.items():  # per domain (ours): every domain's curve gets the same precision
+    for domain, rows in by_domain.items():  # per domain (ours): every domain's curve gets
+                                            # the same precision
         if n_val >= len(rows):
-            raise DataError(f"{path}: n_val={n_val} held-out prompts must be fewer than the file's "
-                            f"{len(rows)} rows" + (f" of domain {domain!r}" if len(by_domain) > 1 else ""))
+            raise DataError(f"{path}: n_val={n_val} held-out prompts must be fewer than "
+                            f"the file's {len(rows)} rows"
+                            + (f" of domain {domain!r}" if len(by_domain) > 1 else ""))
         for n, row in enumerate(rows[:n_val + (n_train or len(rows))]):
             input_ids = encode_prompt(tokenizer, template.replace("{problem}", row["text"]))
-            # the prompt as fed ends inside <think> (some chat templates): a <think> after the last </think>
+            # the prompt as fed ends inside <think> (some chat templates):
+            # a <think> after the last </think>
             opens_thinking = THINK_START in tokenizer.decode(input_ids).rpartition(THINK_END)[2]
-            prompt = Prompt(f"{os.path.basename(path)}:{row['line']}", row["text"], input_ids, row["answer"],
-                            domain=domain, kind=row["kind"], code=row["code"], opens_thinking=opens_thinking)
+            prompt = Prompt(f"{os.path.basename(path)}:{row['line']}", row["text"], input_ids,
+                            row["answer"], domain=domain, kind=row["kind"], code=row["code"],
+                            opens_thinking=opens_thinking)
             (val if n < n_val else train).append(prompt)
     return train, val
 
@@ -189,7 +218,8 @@ def jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_fiel
 
 def load_tokenizer(path):
     from transformers import AutoTokenizer
-    if not any(os.path.isfile(os.path.join(path, f)) for f in ("tokenizer.json", "tokenizer_config.json")):
+    if not any(os.path.isfile(os.path.join(path, f))
+               for f in ("tokenizer.json", "tokenizer_config.json")):
         raise DataError(f"{path}: no tokenizer found (tokenizer.json or tokenizer_config.json)")
     return AutoTokenizer.from_pretrained(path)
 
@@ -204,19 +234,23 @@ def encode_prompt(tokenizer, text):
 
 def interruption(tokenizer):
     """The ids the sampler appends at the thinking budget."""
-    # the phrase after a blank line, so that it starts a word whatever the model was writing (ours), unless
-    # the tokenizer holds the phrase as a token (the tiny model's)
-    blank_line = "" if len(tokenizer.tokenize(INTERRUPT_PHRASE.removesuffix(THINK_END))) == 1 else "\n\n"
+    # the phrase after a blank line, so that it starts a word whatever the model was writing (ours),
+    # unless the tokenizer holds the phrase as a token (the tiny model's)
+    blank_line = ("" if len(tokenizer.tokenize(INTERRUPT_PHRASE.removesuffix(THINK_END))) == 1
+                  else "\n\n")
     return tokenizer.encode(blank_line + INTERRUPT_PHRASE, add_special_tokens=False)
 
 
 def decode(task, token_ids):
-    """A completion's text as the reward reads it. Special tokens are kept: '</think>' may be one."""
-    return task.tokenizer.decode([t for t in token_ids if t not in task.eos_ids], skip_special_tokens=False)
+    """A completion's text as the reward reads it.
+    Special tokens are kept: '</think>' may be one."""
+    return task.tokenizer.decode([t for t in token_ids if t not in task.eos_ids],
+                                 skip_special_tokens=False)
 
 
 def parse_data_path(data_path):
-    """"math.jsonl:2,code.jsonl:1" -> [("math.jsonl", 2.0), ("code.jsonl", 1.0)]; no weights: None each."""
+    """"math.jsonl:2,code.jsonl:1" -> [("math.jsonl", 2.0), ("code.jsonl", 1.0)];
+    no weights: None each."""
     sources = []
     for entry in map(str.strip, data_path.split(",")):
         path, _, weight = entry.rpartition(":")
@@ -227,7 +261,8 @@ def parse_data_path(data_path):
         if not path:
             raise DataError(f"data_path={data_path!r}: an empty entry")
         if weight is not None and not 0 < weight < float("inf"):
-            raise DataError(f"data_path={data_path!r}: the weight of {path} must be a positive number")
+            raise DataError(
+                f"data_path={data_path!r}: the weight of {path} must be a positive number")
         sources.append((path, weight))
     if len({weight is None for _, weight in sources}) > 1:
         raise DataError(f"data_path={data_path!r}: give every dataset a weight, or none")
@@ -236,11 +271,12 @@ def parse_data_path(data_path):
     return sources
 
 
-def load_task(data_path, model_path, n_train, n_val, seed=0, prompt_field=None, answer_field="answer",
-              template="{problem}", unsafe=False):
-    """-> split_task's Task, eos_ids with the model's end-of-turn ids (generation_config.json; Qwen has 2)."""
-    task = split_task(data_path, load_tokenizer(model_path), n_train, n_val, seed, prompt_field, answer_field,
-                      template, unsafe)
+def load_task(data_path, model_path, n_train, n_val, seed=0, prompt_field=None,
+              answer_field="answer", template="{problem}", unsafe=False):
+    """-> split_task's Task, eos_ids with the model's end-of-turn ids
+    (generation_config.json; Qwen has 2)."""
+    task = split_task(data_path, load_tokenizer(model_path), n_train, n_val, seed, prompt_field,
+                      answer_field, template, unsafe)
     if not os.path.isfile(os.path.join(model_path, "generation_config.json")):
         return task
     from transformers import GenerationConfig
@@ -248,20 +284,23 @@ def load_task(data_path, model_path, n_train, n_val, seed=0, prompt_field=None, 
     return task._replace(eos_ids=task.eos_ids | set([eos] if isinstance(eos, int) else eos or []))
 
 
-def split_task(data_path, tokenizer, n_train, n_val, seed=0, prompt_field=None, answer_field="answer",
-               template="{problem}", unsafe=False):
-    """-> Task; n_train (0: a file's every row) and n_val count per domain, each dataset split as if alone."""
+def split_task(data_path, tokenizer, n_train, n_val, seed=0, prompt_field=None,
+               answer_field="answer", template="{problem}", unsafe=False):
+    """-> Task; n_train (0: a file's every row) and n_val count per domain,
+    each dataset split as if alone."""
     train, val, weights = [], [], {}
     for path, weight in parse_data_path(data_path):
-        more_train, more_val = builtin_split(tokenizer, n_train, n_val, seed) if path == "builtin" else \
-            jsonl_split(path, tokenizer, n_train, n_val, seed, prompt_field, answer_field, template)
+        more_train, more_val = (builtin_split(tokenizer, n_train, n_val, seed) if path == "builtin"
+                                else jsonl_split(path, tokenizer, n_train, n_val, seed,
+                                                 prompt_field, answer_field, template))
         for p in more_train + more_val:
             p.weight = weight
             if weights.setdefault(p.domain, weight) != weight:
                 raise DataError(f"data_path={data_path!r}: domain {p.domain!r} gets two weights "
                                 f"({weights[p.domain]} and {weight})")
         train, val = train + more_train, val + more_val
-    if any(p.code for p in train + val):  # fully isolated, or unsafe (sandbox_unsafe=True) and a WARNING
+    if any(p.code for p in train + val):  # fully isolated, or unsafe (sandbox_unsafe=True)
+                                          # and a WARNING
         try:
             sandbox.require(unsafe)
         except ValueError as e:
@@ -272,17 +311,21 @@ def split_task(data_path, tokenizer, n_train, n_val, seed=0, prompt_field=None, 
 # the curriculum: epochs in a seeded order, No-Positive-Resampling
 
 class Curriculum:
-    """Training prompt indices, a fresh seeded order each epoch, retired ones skipped; None once all are."""
+    """Training prompt indices, a fresh seeded order each epoch, retired ones skipped;
+    None once all are."""
 
     def __init__(self, n_prompts, seed=0, npr=True, threshold=0.9, domains=None, weights=None):
         self.n_prompts, self.seed = n_prompts, seed
-        self.npr, self.threshold, self.retired = npr, threshold, set()  # npr=False: the ablation (uniform)
+        # npr=False: the ablation (uniform)
+        self.npr, self.threshold, self.retired = npr, threshold, set()
         # domains, weights: one entry per prompt
-        weight_of = dict(zip(domains, weights)) if weights is not None and None not in weights else {}
+        weight_of = (dict(zip(domains, weights)) if weights is not None and None not in weights
+                     else {})
         if len(weight_of) < 2:  # no weights, or one weighted domain: one stream, datasets pooled
             weight_of, domains = {None: 1.0}, [None] * n_prompts
         self.domains, self.weights = list(weight_of), list(weight_of.values())
-        self.members = [[i for i, d in enumerate(domains) if d == domain] for domain in self.domains]
+        self.members = [[i for i, d in enumerate(domains) if d == domain]
+                        for domain in self.domains]
         # how far each stream is
         self.epochs, self.positions = [0] * len(self.domains), [0] * len(self.domains)
         self.credits = [0.0] * len(self.domains)  # the weighted round-robin's
@@ -291,16 +334,19 @@ class Curriculum:
     def order(self, epoch, stream=0):
         """A stream's order in an epoch: a permutation seeded by (seed, epoch[, stream])."""
         if self._orders.get(stream, (None,))[0] != epoch:
-            rng = np.random.default_rng([self.seed, epoch] + ([stream] if len(self.domains) > 1 else []))
+            rng = np.random.default_rng([self.seed, epoch]
+                                        + ([stream] if len(self.domains) > 1 else []))
             self._orders[stream] = (epoch, rng.permutation(self.members[stream]).tolist())
         return self._orders[stream][1]
 
     def next(self):
         if len(self.retired) == self.n_prompts:
             return None
-        live = [k for k, members in enumerate(self.members) if any(i not in self.retired for i in members)]
-        # weighted domains (ours): a stream each, by smooth weighted round-robin (nginx's; no sampling noise):
-        # the largest credit goes, and pays the total (2:1 -> a a b a a b ...)
+        live = [k for k, members in enumerate(self.members)
+                if any(i not in self.retired for i in members)]
+        # weighted domains (ours): a stream each, by smooth weighted round-robin
+        # (nginx's; no sampling noise): the largest credit goes, and pays the total
+        # (2:1 -> a a b a a b ...)
         for k in live:
             self.credits[k] += self.weights[k]
         stream = max(live, key=lambda k: self.credits[k])
@@ -314,12 +360,14 @@ class Curriculum:
                 return index
 
     def update(self, index, pass_rate):
-        """No-Positive-Resampling (ScaleRL sec. 3.4): a pass rate >= threshold retires the prompt for good."""
+        """No-Positive-Resampling (ScaleRL sec. 3.4):
+        a pass rate >= threshold retires the prompt for good."""
         if self.npr and pass_rate >= self.threshold:  # ours: the latest group decides
             self.retired.add(index)
 
     def state_dict(self):
-        keys = ("n_prompts", "seed", "npr", "threshold", "domains", "epochs", "positions", "credits")
+        keys = ("n_prompts", "seed", "npr", "threshold", "domains", "epochs", "positions",
+                "credits")
         return dict({key: getattr(self, key) for key in keys}, retired=sorted(self.retired))
 
     def load_state_dict(self, d):
@@ -328,7 +376,8 @@ class Curriculum:
                 raise DataError(f"the checkpoint's curriculum has {key} {d[key]}, this run {mine}")
         self.seed, self._orders = d["seed"], {}
         self.npr, self.threshold, self.retired = d["npr"], d["threshold"], set(d["retired"])
-        self.epochs, self.positions, self.credits = (list(d[k]) for k in ("epochs", "positions", "credits"))
+        self.epochs, self.positions, self.credits = (list(d[k])
+                                                     for k in ("epochs", "positions", "credits"))
 
 
 if __name__ == "__main__":
@@ -338,6 +387,7 @@ if __name__ == "__main__":
                                      "python data/builtin/prepare.py)")
     try:
         kinds = Counter(row["kind"] for row in read_jsonl(path))
-        print(f"{path}: {kinds.total()} problems ({', '.join(f'{n} {kind}' for kind, n in kinds.items())})")
+        print(f"{path}: {kinds.total()} problems "
+              f"({', '.join(f'{n} {kind}' for kind, n in kinds.items())})")
     except DataError as e:
         configurator.fail("data.py", str(e))

