@@ -1142,6 +1142,24 @@ def test_a_new_off_policy_rule_is_two_functions_and_one_entry_in_scheduler_OFF_P
     assert max(map(max, pipeline)) <= 2 < max(map(max, eager))  # no wait: a straggler trains late
 
 
+def test_a_batch_queued_beyond_the_slots_keeps_them_full_and_the_steps_even():
+    """benchmarks/pipeline.py drives scheduler.Rollouts as train.py does: hand-outs that only fill the slots
+    leave the rows of unfinished groups idle and bring a wave of stragglers every k + 1 steps; scheduler.room
+    (a batch queued) keeps every slot decoding once max_lag >= slots / (P G) + 1, within the lag bound."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("pipeline", os.path.join(REPO, "benchmarks", "pipeline.py"))
+    pipeline = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pipeline)
+    rng = random.Random(0)
+    length = lambda: 256 if rng.random() < 0.48 else rng.randrange(120, 256)  # the one-hour run's step 8
+    before = pipeline.simulate(192, 8, 8, 4, length, 100, room_by="slots")
+    after = pipeline.simulate(192, 8, 8, 4, length, 100, room_by="queue")
+    assert before["busy"] < 0.9 and before["spread"] > 250  # every third step waits a whole completion
+    assert after["busy"] > 0.99 and after["spread"] < 100 and after["lag_max"] <= 4
+    assert after["engine"] < 0.9 * before["engine"]
+    assert scheduler.room(192, 24, 8, 8) == 8 and scheduler.room(192, 0, 8, 8) == 32
+
+
 def test_validation_groups_come_back_from_collect_and_training_groups_wait_for_their_step():
     from sample import Group
     rollouts = scheduler.Rollouts(data.Curriculum(10), [Prompt("p", "", [1], "0")] * 10, 2, 2, 1, "pipeline")

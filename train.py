@@ -431,9 +431,7 @@ def master_parts(path, task, layout, state, step, max_len):
     samplers = distributed.RemoteSamplers(layout, rank_timeout) if layout.samplers else \
         sample.make_sampler(path, task, layout, step, max_len, current_config(), policy)
     samplers.version = step
-    # every sampler's slots, and with sampler ranks a batch in the mailboxes
-    slots = sampler_slots * max(layout.samplers, 1)
-    slots += local_prompts * samples_per_prompt if layout.samplers else 0
+    slots = sampler_slots * max(layout.samplers, 1)  # every sampler's (scheduler.room: and a batch queued)
     return policy, curriculum, rollouts, samplers, slots
 
 
@@ -515,7 +513,7 @@ if __name__ == "__main__":
             if last or stopping or step >= max_steps:
                 break
             # sample: new prompts within the lag bound, one engine step on every sampler, finished groups in
-            room = math.ceil((slots - samplers.num_unfinished * samples_per_prompt) / samples_per_prompt)
+            room = scheduler.room(slots, samplers.num_unfinished, samples_per_prompt, rollouts.P)
             rollouts.hand_out(samplers, step, room)
             generated += samplers.step()
             rollouts.collect(samplers.pop_finished())

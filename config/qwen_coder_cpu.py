@@ -17,8 +17,10 @@ train_truncated = True          # (paper: excluded, at 14k tokens) a third of th
                                 # first: RL must see them to learn to finish
 prompts_per_step = 8
 samples_per_prompt = 8
-sampler_slots = 192             # three steps of completions decode at once: PipelineRL-2 trains on
-max_lag = 2                     # tokens a step or two old (the log's policy_lag_mean)
+sampler_slots = 192             # three steps of completions decode at once, a fourth queued (scheduler.room)
+max_lag = 4                     # >= 192 / 64 + 1: the lag bound never binds first, so the slots stay full
+                                # (benchmarks/pipeline.py: 100% busy against 86% at max_lag 2, and no wave
+                                # of stragglers every third step; mean lag ~3.9, the log's policy_lag_mean)
 micro_batch = 2                 # 2 rows of up to 841 tokens: the plan's 3.9 GiB of activations, beside 11.6 of
                                 # weights, gradients and AdamW and the sampler's 5.0: 20.7 GiB. (Steps 1-20 ran
                                 # 4 rows, planned 23.1 GiB, and peaked at 23.2 resident of this machine's 23.5)

@@ -19,8 +19,10 @@ train_truncated = True          # (paper: excluded, at 14k tokens) RL must see t
 warn_truncation = 0.8           # two thirds of the first steps' chains are cut, by design: no warning for it
 prompts_per_step = 8
 samples_per_prompt = 8
-sampler_slots = 192             # three steps of completions decode at once (PipelineRL-2)
-max_lag = 2
+sampler_slots = 192             # three steps of completions decode at once, a fourth queued (scheduler.room)
+max_lag = 4                     # >= 192 / 64 + 1: the lag bound never binds first, so the slots stay full
+                                # (benchmarks/pipeline.py: 100% busy against 86% at max_lag 2, and no wave
+                                # of stragglers every third step; mean lag ~3.9, the log's policy_lag_mean)
 micro_batch = 4                 # rows of up to ~450 tokens
 lr = 1e-5                       # (paper: 5e-7 for 8B; the 4-hour config: 2e-6) a dozen steps must move it
 warmup_steps = 2
