@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from sample import Group
+from scheduler import Group
 
 Layout = namedtuple("Layout", ["rank", "world", "role", "trainers", "samplers", "trainer_rank",
                                "device", "store", "mailbox", "weight_group", "heartbeat"])

@@ -26,27 +26,8 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from head import head_weight, lm_head_logits
+from scheduler import Completion, Group  # what comes out (the scheduler owns them)
 
-# -----------------------------------------------------------------------------
-# what comes out
-
-@dataclass
-class Completion:
-    token_ids: list = field(default_factory=list)    # completion tokens (the prompt excluded)
-    # a forced token's log-prob is NaN: any unmasked use of it is loud
-    logprobs: list = field(default_factory=list)     # behaviour log-prob per token; NaN if forced
-    versions: list = field(default_factory=list)     # policy version that produced each token
-    policy_mask: list = field(default_factory=list)  # False for the forced interruption phrase
-    finish_reason: str = None                        # 'eos' | 'truncated'
-    interrupted: bool = False                        # the thinking budget ran out: phrase appended
-
-@dataclass
-class Group:
-    prompt_id: object
-    prompt_ids: list
-    completions: list
-    index: int = None     # train.py: the training prompt it samples (data.py's list index)
-    rewards: list = None  # train.py: one per completion, once scored
 
 def _last(ids, sub):
     """The index of the last occurrence of the sequence `sub` in `ids`, -1 if none."""

@@ -1,7 +1,32 @@
 """
-ScaleRL's off-policy rule (train.py's loop drives it; test_all.py with fake samplers, milliseconds a run).
+The rollouts (a Group of Completions: the samplers make them, the scheduler holds them, train.py trains on
+them) and ScaleRL's off-policy rule (train.py's loop drives it; test_all.py with fake samplers, milliseconds
+a run).
 """
 import math
+from dataclasses import dataclass, field
+
+# -----------------------------------------------------------------------------
+# the rollouts: what the samplers make (sample.py), the scheduler holds and train.py trains on
+
+@dataclass
+class Completion:
+    token_ids: list = field(default_factory=list)    # completion tokens (the prompt excluded)
+    # a forced token's log-prob is NaN: any unmasked use of it is loud
+    logprobs: list = field(default_factory=list)     # behaviour log-prob per token; NaN if forced
+    versions: list = field(default_factory=list)     # policy version that produced each token
+    policy_mask: list = field(default_factory=list)  # False for the forced interruption phrase
+    finish_reason: str = None                        # 'eos' | 'truncated'
+    interrupted: bool = False                        # the thinking budget ran out: phrase appended
+
+
+@dataclass
+class Group:
+    prompt_id: object
+    prompt_ids: list
+    completions: list
+    index: int = None     # train.py: the training prompt it samples (data.py's list index)
+    rewards: list = None  # train.py: one per completion, once scored
 
 
 def room(slots, unfinished, G, P):

@@ -193,7 +193,7 @@ ONE_PROCESS = distributed.Layout(0, 1, "single", 1, 0, 0, torch.device("cpu"), N
 
 def fixed_batch(vocab, seed=0, n_prompts=6, group_size=4):
     """Scored groups of random prompts and completions (behaviour log-probs, a few forced tokens, +-1 rewards)."""
-    from sample import Completion, Group
+    from scheduler import Completion, Group
     rng = random.Random(seed)
     groups = []
     for p in range(n_prompts):
@@ -241,7 +241,7 @@ class FakeSamplers:
             [[] for _ in range(n)], [], 0
 
     def add(self, prompt_id, prompt_ids, n, think_budget=None):
-        from sample import Completion, Group
+        from scheduler import Completion, Group
         s = min(range(self.n), key=lambda i: len(self.queues[i]) + len(self.running[i]))
         steps = self.length(prompt_id) if not isinstance(prompt_id, tuple) else 3
         self.queues[s].append([Group(prompt_id, list(prompt_ids), [Completion() for _ in range(n)]), steps])
@@ -744,7 +744,7 @@ def test_n_train_0_takes_every_row_of_a_jsonl_file(tiny_model_dir, train_config)
 
 
 def test_truncated_completions_are_masked_out_of_the_loss_unless_train_truncated(train_config):
-    from sample import Completion, Group
+    from scheduler import Completion, Group
     group = Group(0, [5, 6], [Completion([7, 8], [-1.0, -1.0], [0, 0], [True, True], "eos"),
                               Completion([7, 8, 9], [-1.0] * 3, [0] * 3, [True] * 3, "truncated")])
     _, _, _, mask, _, _ = train.collate([group], torch.tensor([[1.0, -1.0]]), 0)
@@ -783,7 +783,7 @@ def test_loss_and_gradients_are_equal_with_and_without_activation_checkpointing_
 
 
 def test_a_non_finite_loss_is_skipped_and_not_applied(tiny_model_dir, train_config):
-    from sample import Completion, Group
+    from scheduler import Completion, Group
     tok = data.load_tokenizer(tiny_model_dir)
     task = data.split_task("builtin", tok, 4, 1, seed=0)
     prompts = task.prompts
@@ -1161,7 +1161,7 @@ def test_a_batch_queued_beyond_the_slots_keeps_them_full_and_the_steps_even():
 
 
 def test_validation_groups_come_back_from_collect_and_training_groups_wait_for_their_step():
-    from sample import Group
+    from scheduler import Group
     rollouts = scheduler.Rollouts(data.Curriculum(10), [Prompt("p", "", [1], "0")] * 10, 2, 2, 1, "pipeline")
     samplers = FakeSamplers(1, 8, lambda t: 1)
     rollouts.hand_out(samplers, 0, room=100)
@@ -1775,7 +1775,7 @@ def test_a_completion_cut_by_the_cap_is_read_up_to_its_last_finished_line_or_sen
 
 
 def test_the_trainer_tells_the_reward_which_completions_the_cap_cut(monkeypatch):
-    from sample import Completion, Group
+    from scheduler import Completion, Group
     seen = []
     monkeypatch.setattr(rewards, "score", lambda triples, timeout: seen.extend(triples) or [1.0] * len(triples))
     digits = type("Digits", (), {"decode": lambda self, ids, **_: "".join(map(str, ids))})()
@@ -1829,6 +1829,22 @@ def test_rewards_imports_no_data_so_data_reads_the_kinds_with_no_import_cycle():
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert "data" not in imported and data.KINDS is rewards.KINDS and data.THINK_END is rewards.THINK_END
+
+
+def test_the_modules_import_one_another_with_no_cycle_lazy_imports_included():
+    modules = {f[:-3] for f in os.listdir(REPO) if f.endswith(".py") and f != "test_all.py"}
+    imports = {}
+    for name in modules:
+        tree = ast.parse(open(os.path.join(REPO, name + ".py"), encoding="utf-8").read())
+        found = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        found |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        imports[name] = {m.split(".")[0] for m in found} & modules - {name}
+    order = []  # a module after everything it imports: exists exactly when there is no cycle
+    while len(order) < len(modules):
+        ready = sorted(m for m in modules - set(order) if imports[m] <= set(order))
+        assert ready, {m: imports[m] - set(order) for m in modules - set(order)}  # the cycle's modules
+        order += ready
+    assert order.index("scheduler") < order.index("sample") < order.index("train")
 
 
 # =============================================================================
@@ -2526,7 +2542,7 @@ class NoHeartbeat:
 
 
 def test_a_rollout_message_of_20_mb_crosses_the_control_group_intact():
-    from sample import Completion, Group
+    from scheduler import Completion, Group
     rng = np.random.default_rng(0)
     groups = []
     for p in range(8):  # 8 groups x 16 completions x 14k tokens: 13 bytes a token, 23 MB

@@ -28,7 +28,8 @@ import configurator  # noqa: E402
 import distributed  # noqa: E402
 import train  # noqa: E402
 from policy import resolve_dtype  # noqa: E402
-from sample import Completion, Group, TorchSampler  # noqa: E402
+from sample import TorchSampler  # noqa: E402
+from scheduler import Completion, Group  # noqa: E402
 from step_roofline import matmul_rate  # noqa: E402 (benchmarks/, this script's directory)
 
 

@@ -45,7 +45,8 @@ import distributed  # noqa: E402
 import head  # noqa: E402
 import train  # noqa: E402
 from policy import resolve_dtype  # noqa: E402
-from sample import Completion, Group, TorchSampler  # noqa: E402
+from sample import TorchSampler  # noqa: E402
+from scheduler import Completion, Group  # noqa: E402
 
 SHAPES = dict(smollm2=dict(model_type="llama", hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
                            num_key_value_heads=3, intermediate_size=1536, vocab_size=49152, tie_word_embeddings=True),
