@@ -2,8 +2,9 @@
 that grows a module stays green under `pytest test_all.py` and meets this check only in our CI.
 
 Counts characters of code (indentation included; comments and blank lines free; docstrings count), so that
-wrapping a long line costs nothing: each top-level module at most MODULE characters, all of them (the core,
-test_all.py aside) at most CORE, and no code line over LONGEST characters.
+wrapping a long line costs nothing but its indentation: each top-level module at most MODULE characters, all
+of them (the core, test_all.py aside) at most CORE, at most LONG_SHARE of the core's lines of code over 100
+characters and none over LONGEST.
 
     python .ci/budget.py          # prints each module's figures; exits 1 naming what is over
 """
@@ -16,6 +17,7 @@ MODULE = 33_000   # characters of code in one top-level module (issue 43 asks ~3
 CORE = 245_000    # ... in all of them together (issue 43 asks ~200,000: the judges of issue 40, the fault
                   # table of 44 and the extension points of 43 took it here)
 LONGEST = 110     # characters in one line of code (wrap at ~100, as nanoGPT does)
+LONG_SHARE = 0.05  # of the core's lines of code over 100 characters (nanoGPT 3.8%, nanochat 5.5%)
 SKIP = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
         tokenize.ENDMARKER)
 
@@ -31,22 +33,25 @@ def code_lines(text):
 if __name__ == "__main__":
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     modules = sorted(f for f in os.listdir(repo) if f.endswith(".py") and f != "test_all.py")
-    over, total = [], 0
+    over, total, lines_in_all, long_in_all = [], 0, 0, 0
     print(f"{'module':<18}{'lines':>7}{'chars':>9}{'>100':>6}{'>110':>6}")
     for name in modules:
         lines = code_lines(open(os.path.join(repo, name), encoding="utf-8").read())
         chars = sum(len(line) for line in lines)
         long = [n for n, line in enumerate(lines) if len(line) > 100]
         longest = [line for line in lines if len(line) > LONGEST]
-        total += chars
+        total, lines_in_all, long_in_all = total + chars, lines_in_all + len(lines), long_in_all + len(long)
         print(f"{name:<18}{len(lines):>7}{chars:>9}{len(long):>6}{len(longest):>6}")
         if chars > MODULE:
             over.append(f"{name}: {chars} characters of code, over {MODULE}: split it by concept")
         if longest:
             over.append(f"{name}: {len(longest)} lines over {LONGEST} characters, e.g. {longest[0].strip()[:60]!r}")
-    print(f"{'core':<18}{'':>7}{total:>9}")
+    print(f"{'core':<18}{lines_in_all:>7}{total:>9}{long_in_all:>6}  ({long_in_all / lines_in_all:.1%} over 100)")
     if total > CORE:
         over.append(f"the core: {total} characters of code, over {CORE}")
+    if long_in_all > LONG_SHARE * lines_in_all:
+        over.append(f"the core: {long_in_all / lines_in_all:.1%} of its lines of code over 100 characters, "
+                    f"over {LONG_SHARE:.0%}: wrap them")
     for line in over:
         print(f".ci/budget.py: {line}", file=sys.stderr)
     sys.exit(1 if over else 0)
