@@ -1,7 +1,7 @@
 """
-The rollouts (a Group of Completions: the samplers make them, the scheduler holds them, train.py trains on
-them) and ScaleRL's off-policy rule (train.py's loop drives it; test_all.py with fake samplers, milliseconds
-a run).
+The rollouts (a Group of Completions: the samplers make them, the scheduler holds them, train.py
+trains on them) and ScaleRL's off-policy rule (train.py's loop drives it; test_all.py with fake
+samplers, milliseconds a run).
 """
 import math
 from dataclasses import dataclass, field
@@ -30,37 +30,42 @@ class Group:
 
 
 def room(slots, unfinished, G, P):
-    """Groups the samplers may take now: their slots and one batch more, queued, so that a row that ends
-    finds the next one waiting. With max_lag >= slots / (P G) + 1 the lag bound never binds first, and the
-    slots stay full: no wave of stragglers every k + 1 steps (benchmarks/pipeline.py: 86% -> 100% busy)."""
+    """Groups the samplers may take now: their slots and one batch more, queued, so that a row that
+    ends finds the next one waiting. With max_lag >= slots / (P G) + 1 the lag bound never binds
+    first, and the slots stay full: no wave of stragglers every k + 1 steps (benchmarks/pipeline.py:
+    86% -> 100% busy)."""
     return math.ceil((slots + P * G - unfinished * G) / G)
 
 
 class Rollouts:
     """Hands prompts to the samplers and decides which finished groups train at which step."""
-    # Every group gets a ticket in hand-out order and remembers the policy version it was handed out under,
-    # v0: its tokens come from versions >= v0, so trained at step s (the trainer holds version s) none lags
-    # more than s - v0.
-    #   PipelineRL-k (ScaleRL sec. 3.1): the samplers never idle, and a group must train by step v0 + k,
-    #     its deadline. A step takes the P oldest finished groups unless that would leave some untrained
-    #     group unable to meet its deadline (at P groups a step, the j-th earliest remaining deadline needs
-    #     step + 1 + j // P <= it): then it waits for the stragglers. Hand-outs stop at (k+1) P untrained
-    #     groups, which keeps every deadline reachable. So the lag never exceeds k, in any finishing order.
-    #   PPO-off-policy-k: k P prompts under one policy; once all are finished, k steps of P each (each
-    #     step normalises its advantages over its own P groups, not over the round's k P: ours).
+    # Every group gets a ticket in hand-out order and remembers the policy version it was handed out
+    # under, v0: its tokens come from versions >= v0, so trained at step s (the trainer holds
+    # version s) none lags more than s - v0.
+    #   PipelineRL-k (ScaleRL sec. 3.1): the samplers never idle, and a group must train by step
+    #     v0 + k, its deadline. A step takes the P oldest finished groups unless that would leave
+    #     some untrained group unable to meet its deadline (at P groups a step, the j-th earliest
+    #     remaining deadline needs step + 1 + j // P <= it): then it waits for the stragglers.
+    #     Hand-outs stop at (k+1) P untrained groups, which keeps every deadline reachable. So the
+    #     lag never exceeds k, in any finishing order.
+    #   PPO-off-policy-k: k P prompts under one policy; once all are finished, k steps of P each
+    #     (each step normalises its advantages over its own P groups, not over the round's k P:
+    #     ours).
     # Validation groups (prompt ids ("val", i)) share the samplers; collect() hands them back.
 
     def __init__(self, curriculum, prompts, group_size, batch_size, max_lag, mode, requeue=()):
         self.curriculum, self.prompts, self.group_size = curriculum, prompts, group_size
         self.P, self.k, self.mode = batch_size, max_lag, mode
-        self.requeue = list(requeue)  # prompts handed out before a resume and never trained: first again
+        self.requeue = list(requeue)  # prompts handed out before a resume and never trained:
+                                      # first again
         self.pending = {}             # ticket -> (prompt index, v0) of every group not yet trained
         self.finished = {}            # ticket -> Group, finished and waiting for its step
         self.next_ticket = 0
         self.exhausted = False        # the curriculum has retired every prompt
 
     def hand_out(self, samplers, version, room):
-        """New groups for the samplers: as many as the rule allows, and at most `room` (their queue)."""
+        """New groups for the samplers:
+        as many as the rule allows, and at most `room` (their queue)."""
         for _ in range(OFF_POLICY[self.mode][0](self, room)):
             index = self.requeue.pop(0) if self.requeue else self.curriculum.next()
             if index is None:
@@ -71,13 +76,15 @@ class Rollouts:
             self.next_ticket += 1
 
     def collect(self, groups):
-        """Finished groups in; the validation ones come back, the training ones wait for their step."""
+        """Finished groups in;
+        the validation ones come back, the training ones wait for their step."""
         validation = [g for g in groups if isinstance(g.prompt_id, tuple)]
         self.finished.update((g.prompt_id, g) for g in groups if not isinstance(g.prompt_id, tuple))
         return validation
 
     def ready_batch(self, version):
-        """The P groups to train on at the step that starts from `version`, or None (keep sampling)."""
+        """The P groups to train on at the step that starts from `version`,
+        or None (keep sampling)."""
         tickets = sorted(self.finished)[:self.P]
         if len(tickets) < self.P:
             return None
@@ -90,25 +97,29 @@ class Rollouts:
 
     @property
     def starved(self):
-        """Every prompt is retired and fewer than P groups are left: no full batch will ever come."""
+        """Every prompt is retired and fewer than P groups are left:
+        no full batch will ever come."""
         return self.exhausted and len(self.pending) < self.P
 
     def in_flight(self):
-        """The prompts of the groups handed out and not trained (a checkpoint hands them out again)."""
+        """The prompts of the groups handed out and not trained
+        (a checkpoint hands them out again)."""
         return [index for index, _ in self.pending.values()]
 
 
 # -----------------------------------------------------------------------------
-# the off-policy rules: (how many new groups may be handed out now, given `room` in the samplers' queue;
-# whether the P oldest finished groups may train at the step that starts from `version`). OFF_POLICY names
-# them for the off_policy config key; a new rule is two functions and one entry here.
+# the off-policy rules: (how many new groups may be handed out now, given `room` in the samplers'
+# queue; whether the P oldest finished groups may train at the step that starts from `version`).
+# OFF_POLICY names them for the off_policy config key; a new rule is two functions and one entry
+# here.
 
 def pipeline_budget(r, room):
     return min((r.k + 1) * r.P - len(r.pending), room)
 
 
 def pipeline_may_train(r, tickets, version):
-    """Not if a straggler could then miss its deadline (it must join this step or the next ones in time)."""
+    """Not if a straggler could then miss its deadline
+    (it must join this step or the next ones in time)."""
     chosen = set(tickets)
     deadlines = sorted(v0 + r.k for t, (_, v0) in r.pending.items() if t not in chosen)
     return all(version + 1 + j // r.P <= d for j, d in enumerate(deadlines))

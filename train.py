@@ -1,21 +1,25 @@
 """
-ScaleRL in one file: PipelineRL-k generation, CISPO, prompt-average aggregation, batch-level advantage
-normalisation, zero-variance filtering, No-Positive-Resampling, an FP32 LM head and length control by
-interruption (Khatri et al. 2025, arXiv 2510.13786). Every leave-one-out ablation is one config value.
+ScaleRL in one file: PipelineRL-k generation, CISPO, prompt-average aggregation, batch-level
+advantage normalisation, zero-variance filtering, No-Positive-Resampling, an FP32 LM head and length
+control by interruption (Khatri et al. 2025, arXiv 2510.13786). Every leave-one-out ablation is one
+config value.
 
 CPU, the built-in task and its tiny model (~8 minutes):
     python train.py
 One GPU, your own model (<= ~2B) and a local JSONL of math problems (vLLM beside the trainer):
-    python train.py config/scalerl_1gpu.py --model_path=/models/Qwen3-1.7B --data_path=/data/polaris.jsonl
+    python train.py config/scalerl_1gpu.py --model_path=/models/Qwen3-1.7B \\
+        --data_path=/data/polaris.jsonl
 8 GPUs, one node: 6 vLLM sampler ranks, 2 FSDP2 trainer ranks (distributed.py):
-    torchrun --standalone --nproc_per_node=8 train.py config/scalerl_8b.py --model_path=... --n_samplers=6
+    torchrun --standalone --nproc_per_node=8 train.py config/scalerl_8b.py --model_path=... \\
+        --n_samplers=6
 2 nodes of 8 GPUs (run on each node; a shared filesystem holds out_dir):
     torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=HOST:29500 \\
         train.py config/scalerl_8b.py --model_path=... --n_samplers=12
 CPU processes (gloo), the same protocol, 2 trainers + 1 sampler:
     torchrun --standalone --nproc_per_node=3 train.py --n_samplers=1
 An ablation, resuming a run, fitting its scaling curve:
-    python train.py config/loo_dapo.py; python train.py --init_from=resume; python fit_curve.py out/log.jsonl
+    python train.py config/loo_dapo.py; python train.py --init_from=resume;
+    python fit_curve.py out/log.jsonl
 """
 
 import json
@@ -50,21 +54,23 @@ clip_low = 0.2                 # DAPO / GRPO: ratio clipped below at 1 - clip_lo
 clip_high = 0.28               # DAPO: above at 1 + clip_high (GRPO: 1 + clip_low)
 gspo_low = 3e-3                # GSPO: sequence ratio clipped to [1 - gspo_low, 1 + gspo_high]
 gspo_high = 5e-3
-is_correction = "none"         # loss.IS_CORRECTIONS, beside any loss: 'none' (paper) | 'tis' | 'icepop' |
-                               # 'geo_mask'; their knobs follow
+is_correction = "none"         # loss.IS_CORRECTIONS, beside any loss: 'none' (paper) | 'tis' |
+                               # 'icepop' | 'geo_mask'; their knobs follow
 tis_cap = 2.0                  # token TIS: a token's ratio to the sampler counts at most this
 icepop_low = 0.5               # IcePop: a token whose ratio leaves [low, high] is dropped
 icepop_high = 2.0
-geo_low = 0.99                 # geometric mask: a sequence whose exp(mean log ratio) leaves [low, high] is
-                               # dropped
+geo_low = 0.99                 # geometric mask: a sequence whose exp(mean log ratio) leaves
+                               # [low, high] is dropped
 geo_high = 1.01
 agg = "prompt"                 # loss aggregation: 'prompt' | 'sample' | 'token'
 adv_norm = "batch"             # advantage normalisation: 'batch' | 'prompt' | 'none'
 zero_var_filter = True         # drop prompt groups whose rewards are all equal
-npr = True                     # No-Positive-Resampling: retire prompts with pass rate >= npr_threshold
+npr = True                     # No-Positive-Resampling:
+                               # retire prompts with pass rate >= npr_threshold
 npr_threshold = 0.9
 fp32_head = True               # LM head in fp32 on the sampler and the trainer
-off_policy = "pipeline"        # scheduler.OFF_POLICY: 'pipeline' (PipelineRL-k) | 'ppo' (PPO-off-policy-k)
+off_policy = "pipeline"        # scheduler.OFF_POLICY:
+                               # 'pipeline' (PipelineRL-k) | 'ppo' (PPO-off-policy-k)
 max_lag = 8                    # k: generation runs at most k optimizer steps ahead of training
 length_control = "interrupt"   # 'interrupt' (forced '</think>') | 'penalty' (DAPO overlong penalty)
 think_budget_min = data.TINY_THINK_BUDGET[0]  # thinking budget drawn per sequence (paper: 10k..12k)
@@ -72,13 +78,15 @@ think_budget_max = data.TINY_THINK_BUDGET[1]  # (paper: 12,288)
 answer_budget = data.TINY_ANSWER_BUDGET       # tokens after '</think>' (paper: 2,048)
 penalty_cache = 8              # 'penalty': L_cache, the soft zone below L_max = think_budget_max +
                                # answer_budget (paper: 2k of 14k)
-train_truncated = False        # train on completions cut at the answer budget too (paper, A.16: excluded)
+train_truncated = False        # train on completions cut at the answer budget too
+                               # (paper, A.16: excluded)
 temperature = 1.0              # sampling temperature, also used by the trainer and validation
 # batch and optimiser
 prompts_per_step = 32          # P prompts per optimizer step (paper: 48)
 samples_per_prompt = 8         # G completions per prompt (paper: 16)
-lr = 5e-5                      # constant after warm-up (paper: 5e-7 for 8B; tiny models need more; at
-                               # 1e-4 the built-in task's CISPO runs drifted off-policy, fell back at ~60)
+lr = 5e-5                      # constant after warm-up (paper: 5e-7 for 8B; tiny models need more;
+                               # at 1e-4 the built-in task's CISPO runs drifted off-policy, fell
+                               # back at ~60)
 warmup_steps = 10              # linear warm-up (paper: 100)
 weight_decay = 0.01
 adam_eps = 1e-15               # (paper: 1e-15)
@@ -90,23 +98,32 @@ max_minutes = 8.0              # wall-clock budget of the whole run, evaluation 
 # data, evaluation, checkpoints
 out_dir = "out"                # log.jsonl, config.json, ckpt/ (checkpoint.py)
 init_from = "scratch"          # 'scratch' (start from model_path) | 'resume' (out_dir's checkpoint)
-model_path = ""                # local Hugging Face causal-LM directory; '' = the built-in task's tiny model
-data_path = "builtin"          # 'builtin' | local JSONL files, comma-separated, optionally weighted (data.py)
-prompt_field = ""              # JSONL field of the problem; '' = "prompt" or "problem", whichever is there
+model_path = ""                # local Hugging Face causal-LM directory;
+                               # '' = the built-in task's tiny model
+data_path = "builtin"          # 'builtin' | local JSONL files, comma-separated,
+                               # optionally weighted (data.py)
+prompt_field = ""              # JSONL field of the problem;
+                               # '' = "prompt" or "problem", whichever is there
 answer_field = "answer"        # JSONL field of the reference answer (math rows)
-prompt_template = "{problem}"  # what the model is asked, {problem} replaced by a JSONL row's problem
-sandbox_unsafe = False         # code rewards without root and namespaces: programs run as you, reading what
-                               # you can
-verify_timeout = rewards.TIMEOUT  # seconds math-verify may spend on one symbolic answer, in any thread (ours)
-n_train = 4000                 # training prompts: the built-in task draws this many; JSONL: at most, 0 = all
+prompt_template = "{problem}"  # what the model is asked,
+                               # {problem} replaced by a JSONL row's problem
+sandbox_unsafe = False         # code rewards without root and namespaces: programs run as you,
+                               # reading what you can
+verify_timeout = rewards.TIMEOUT  # seconds math-verify may spend on one symbolic answer,
+                                  # in any thread (ours)
+n_train = 4000                 # training prompts: the built-in task draws this many; JSONL:
+                               # at most, 0 = all
 n_val = 200                    # held-out validation prompts (paper: 1,000)
-seed = 0                       # the RL run: sampling and curriculum order (vary it for seed-to-seed spread)
-data_seed = 0                  # the built-in task, its tiny base model and the held-out split: keep it
-                               # fixed across seeds so runs start from the same R0 on the same prompts
+seed = 0                       # the RL run: sampling and curriculum order
+                               # (vary it for seed-to-seed spread)
+data_seed = 0                  # the built-in task, its tiny base model and the held-out split:
+                               # keep it fixed across seeds so runs start from the same R0 on the
+                               # same prompts
 eval_interval = 10             # steps between validations (paper: 100); step 0 is always evaluated
 eval_samples = 8               # samples per held-out prompt (paper: 16, "mean@16")
 ckpt_interval = 50             # steps between checkpoints; one is also written at the end
-wandb_log = False              # mirror every log.jsonl row to Weights & Biases (nanoGPT's; pip install wandb)
+wandb_log = False              # mirror every log.jsonl row to Weights & Biases
+                               # (nanoGPT's; pip install wandb)
 wandb_project = "scalerl"
 wandb_run_name = ""            # '' = wandb's own name
 # hardware
@@ -117,29 +134,35 @@ dtype = "float32"              # trainer compute: 'float32' | 'bfloat16' | 'auto
 sampler_dtype = "auto"         # sampler compute, the same choices (the paper's generators: bf16);
                                # the weights reach it cast
 sampler = "torch"              # 'torch' (plain KV-cache decoding) | 'vllm'
-sampler_slots = 1280           # sequences decoded at once per sampler (continuous batching); 5 batches in
-                               # flight keep PipelineRL-8's mean lag above 2 steps on the built-in task
-vllm_gpu_memory = 0.4          # vLLM's gpu_memory_utilization (a share of the GPU's *total* memory) beside
-                               # the trainer, in one process
+sampler_slots = 1280           # sequences decoded at once per sampler (continuous batching);
+                               # 5 batches in flight keep PipelineRL-8's mean lag above 2 steps on
+                               # the built-in task
+vllm_gpu_memory = 0.4          # vLLM's gpu_memory_utilization (a share of the GPU's *total* memory)
+                               # beside the trainer, in one process
 vllm_gpu_memory_own = 0.85     # ... on a sampler rank's own GPU
 n_samplers = 0                 # torchrun: the last n_samplers ranks only generate, the others train
-                               # (FSDP2); 0 = every rank samples and trains its share (data parallel)
+                               # (FSDP2); 0 = every rank samples and trains its share
+                               # (data parallel)
 rank_timeout = 1800.0          # seconds a rank waits on a peer that shows no sign of life
 weight_bucket_mb = 1024        # the weights travel to the samplers in buckets of this size
-checkpoint_activations = False # recompute each decoder layer in the backward (activation checkpointing)
+checkpoint_activations = False # recompute each decoder layer in the backward
+                               # (activation checkpointing)
 micro_batch = 64               # at most this many completions per forward/backward (0 = no cap)
 micro_batch_tokens = 0         # at most this many padded tokens per forward/backward (0 = no cap)
-warn_truncation = 0.15         # warn once when a step's truncation rate passes this (paper: 10-15% at batch
-                               # 768 signalled instability); the other warnings: checkpoint.warnings
+warn_truncation = 0.15         # warn once when a step's truncation rate passes this (paper: 10-15%
+                               # at batch 768 signalled instability); the other warnings:
+                               # checkpoint.warnings
 # -----------------------------------------------------------------------------
-config_keys = [k for k, v in globals().items() if k[0] != "_" and type(v) in (bool, int, float, str)]
+config_keys = [k for k, v in globals().items()
+               if k[0] != "_" and type(v) in (bool, int, float, str)]
 RULES = dict(agg=("prompt", "sample", "token"), adv_norm=("batch", "prompt", "none"),
              length_control=("interrupt", "penalty"),
              init_from=("scratch", "resume"), device=("cpu", "cuda"), sampler=("torch", "vllm"),
              dtype=("float32", "bfloat16", "auto"), sampler_dtype=("float32", "bfloat16", "auto"),
              samples_per_prompt=2, think_budget_min=1, rank_timeout=2.0, verify_timeout=0.1,
-             **dict.fromkeys("prompts_per_step max_lag answer_budget eval_interval eval_samples "
-                             "ckpt_interval sampler_slots max_steps n_val weight_bucket_mb".split(), 1),
+             **dict.fromkeys(
+                 "prompts_per_step max_lag answer_budget eval_interval eval_samples "
+                 "ckpt_interval sampler_slots max_steps n_val weight_bucket_mb".split(), 1),
              **dict.fromkeys(["micro_batch", "micro_batch_tokens", "n_train"], 0))
 
 
@@ -160,24 +183,32 @@ def configure(args):
 
 
 def check_config():
-    """What the table cannot say: a config that contradicts itself or the machine fails before any work."""
+    """What the table cannot say:
+    a config that contradicts itself or the machine fails before any work."""
     world = int(os.environ.get("WORLD_SIZE", 1))
     for bad, message in [
             (think_budget_min > think_budget_max,
              f"think_budget_min={think_budget_min} > think_budget_max={think_budget_max}"),
-            (length_control == "penalty" and not 0 < penalty_cache < think_budget_max + answer_budget,
-             f"penalty_cache={penalty_cache}: must lie in (0, L_max = {think_budget_max + answer_budget})"),
-            (model_path and not os.path.isdir(model_path), f"model_path={model_path!r}: no such directory"),
-            (not 0 <= n_samplers < world, f"n_samplers={n_samplers}: need 0 <= n_samplers < the number of "
-                                          f"processes ({world}); launch with torchrun --nproc_per_node=N"),
+            (length_control == "penalty"
+             and not 0 < penalty_cache < think_budget_max + answer_budget,
+             f"penalty_cache={penalty_cache}: must lie in "
+             f"(0, L_max = {think_budget_max + answer_budget})"),
+            (model_path and not os.path.isdir(model_path),
+             f"model_path={model_path!r}: no such directory"),
+            (not 0 <= n_samplers < world,
+             f"n_samplers={n_samplers}: need 0 <= n_samplers < the number of "
+             f"processes ({world}); launch with torchrun --nproc_per_node=N"),
             (n_samplers == 0 and prompts_per_step % world,
-             f"prompts_per_step={prompts_per_step} must be divisible by the {world} data-parallel ranks"),
-            (device == "cuda" and not torch.cuda.is_available(), "device='cuda' but torch sees no GPU"),
+             f"prompts_per_step={prompts_per_step} must be divisible by the {world} "
+             "data-parallel ranks"),
+            (device == "cuda" and not torch.cuda.is_available(),
+             "device='cuda' but torch sees no GPU"),
             (init_from == "scratch" and os.path.exists(os.path.join(out_dir, "log.jsonl")),
-             f"out_dir={out_dir!r} holds another run (log.jsonl); pass --init_from=resume or another "
-             "--out_dir"),
+             f"out_dir={out_dir!r} holds another run (log.jsonl); pass --init_from=resume or "
+             "another --out_dir"),
             (init_from == "resume" and not checkpoint.resume(out_dir),
-             f"init_from='resume' but {out_dir!r} holds no checkpoint (a complete ckpt/ or ckpt.old/)")]:
+             f"init_from='resume' but {out_dir!r} holds no checkpoint "
+             "(a complete ckpt/ or ckpt.old/)")]:
         if bad:
             fail(message)
 
@@ -185,9 +216,11 @@ def check_config():
 # the training step
 
 def reward_groups(groups, task, curriculum):
-    """Reward every completion (+1 / -1, the batch at once) and give the curriculum each group's pass rate."""
+    """Reward every completion
+    (+1 / -1, the batch at once) and give the curriculum each group's pass rate."""
     scores = iter(rewards.score([(task.prompts[g.index], data.decode(task, c.token_ids),
-                                  c.finish_reason == "truncated") for g in groups for c in g.completions],
+                                  c.finish_reason == "truncated")
+                                 for g in groups for c in g.completions],
                                 verify_timeout))
     L_max = think_budget_max + answer_budget
     for g in groups:
@@ -205,22 +238,28 @@ def collate(groups, advantages, pad_id):
             for c, a in zip(g.completions, adv.tolist())]
     lengths = torch.tensor([len(p) + len(c.token_ids) for p, c, _ in rows])
     T = int(lengths.max())
-    ids = torch.full((len(rows), T), pad_id, dtype=torch.long)  # padding: never attended, never trained
-    # (N, T-1): position t predicts token t+1, so completion token j of a row sits at len(prompt)-1+j
+    # padding: never attended, never trained
+    ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
+    # (N, T-1): position t predicts token t+1,
+    # so completion token j of a row sits at len(prompt)-1+j
     behaviour, mask = torch.zeros(len(rows), T - 1), torch.zeros(len(rows), T - 1)
     prompt_index = torch.tensor([i for i, g in enumerate(groups) for _ in g.completions])
     for r, (prompt_ids, c, _) in enumerate(rows):
         n, k = len(prompt_ids), len(c.token_ids)
         ids[r, :n + k] = torch.tensor(prompt_ids + c.token_ids)
-        behaviour[r, n - 1:n - 1 + k] = torch.tensor(c.logprobs, dtype=torch.float32)  # NaN on forced tokens
-        if train_truncated or c.finish_reason != "truncated":  # cut at the answer budget (paper, A.16)
+        # NaN on forced tokens
+        behaviour[r, n - 1:n - 1 + k] = torch.tensor(c.logprobs, dtype=torch.float32)
+        # cut at the answer budget (paper, A.16)
+        if train_truncated or c.finish_reason != "truncated":
             mask[r, n - 1:n - 1 + k] = torch.tensor(c.policy_mask, dtype=torch.float32)
     return ids, lengths, behaviour, mask, prompt_index, torch.tensor([a for _, _, a in rows])
 
 
 def micro_batches(lengths, rank, ranks):
-    """This trainer's micro-batches: rows by length (less padding), dealt round-robin, packed to the caps."""
-    # every trainer runs the same number (FSDP2's gathers pair up): shorter lists end with empty micro-batches
+    """This trainer's micro-batches:
+    rows by length (less padding), dealt round-robin, packed to the caps."""
+    # every trainer runs the same number (FSDP2's gathers pair up):
+    # shorter lists end with empty micro-batches
     order = torch.argsort(lengths, descending=True, stable=True).tolist()
     packed = []
     for r in range(ranks):
@@ -228,7 +267,8 @@ def micro_batches(lengths, rank, ranks):
         for i in order[r::ranks]:
             rows = batches[-1]
             padded = (len(rows) + 1) * int(lengths[rows[0]]) if rows else 0  # rows go longest first
-            if rows and (len(rows) >= micro_batch > 0 or padded > micro_batch_tokens > 0):  # a cap (0: none)
+            # a cap (0: none)
+            if rows and (len(rows) >= micro_batch > 0 or padded > micro_batch_tokens > 0):
                 batches.append([])
             batches[-1].append(i)
         packed.append([b for b in batches if b])
@@ -237,17 +277,21 @@ def micro_batches(lengths, rank, ranks):
 
 
 def train_step(policy, groups, step, pad_id):
-    """The optimizer step after `step` earlier ones, on P scored groups -> the log's training stats."""
+    """The optimizer step after `step` earlier ones,
+    on P scored groups -> the log's training stats."""
     # every trainer rank runs it on the same batch and computes its share of the rows
-    step_lr = lr * min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else lr  # warm-up, then constant
+    step_lr = (lr * min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0
+               else lr)  # warm-up, then constant
     # the batch's figures before any learning: rewards, lengths, cuts, PipelineRL's lag
     scores = torch.tensor([g.rewards for g in groups])  # (P, G)
     completions = [c for g in groups for c in g.completions]
     n = len(completions)
     truncated = sum(c.finish_reason == "truncated" for c in completions)
     lags = [step - v for c in completions for v in c.versions]  # the trainer holds version `step`
-    keep = loss.zero_variance_mask(scores) if zero_var_filter else torch.ones(len(groups), dtype=torch.bool)
-    stats = dict(train_reward=scores.mean().item(), train_pass_rate=(scores > 0).float().mean().item(),
+    keep = (loss.zero_variance_mask(scores) if zero_var_filter
+            else torch.ones(len(groups), dtype=torch.bool))
+    stats = dict(train_reward=scores.mean().item(),
+                 train_pass_rate=(scores > 0).float().mean().item(),
                  lr=step_lr, truncation_rate=truncated / n,
                  truncated_excluded=0 if train_truncated else truncated,
                  interruption_rate=sum(c.interrupted for c in completions) / n,
@@ -261,7 +305,8 @@ def train_step(policy, groups, step, pad_id):
         return dict(stats, loss=0.0, grad_norm=0.0, skipped="no_signal", trained_tokens=0)
     advantages = loss.group_advantages(scores[keep], adv_norm)  # (P', G)
     ids, lengths, behaviour, mask, prompt_index, row_adv = collate(kept, advantages, pad_id)
-    weights = loss.token_weights(mask, prompt_index, agg)  # (N, T-1), sums to 1 over the whole batch
+    # (N, T-1), sums to 1 over the whole batch
+    weights = loss.token_weights(mask, prompt_index, agg)
     for param_group in policy.optimizer.param_groups:
         param_group["lr"] = step_lr
     on = next(policy.logprobs.parameters()).device
@@ -271,12 +316,15 @@ def train_step(policy, groups, step, pad_id):
         present, rows = (1.0, rows) if len(rows) else (0.0, torch.zeros(1, dtype=torch.long))
         T = int(lengths[rows].max())
         mb = lambda x: x[rows, :T - 1].to(on)
-        logprobs, entropy = policy.logprobs(ids[rows, :T].to(on), temperature, fp32_head, with_entropy=True)
+        logprobs, entropy = policy.logprobs(ids[rows, :T].to(on), temperature, fp32_head,
+                                            with_entropy=True)
         # the config holds loss_type and its knobs
         mb_loss, mb_stats = loss.policy_loss(logprobs, mb(behaviour), row_adv[rows].to(on),
-                                             mb(mask) * present, mb(weights) * present, **current_config())
-        # each rank's loss is its part of one global sum; the trainers' gradients are averaged (FSDP2's
-        # reduce-scatter every micro-batch: README, "What fits"; sync_grads under data parallelism)
+                                             mb(mask) * present, mb(weights) * present,
+                                             **current_config())
+        # each rank's loss is its part of one global sum; the trainers' gradients are averaged
+        # (FSDP2's reduce-scatter every micro-batch: README, "What fits"; sync_grads under data
+        # parallelism)
         (mb_loss * policy.ranks).backward()
         add_grads(policy.model, policy.logprobs.model)  # bf16 copy -> fp32 (no-op otherwise)
         sums["loss"] += mb_loss.detach()
@@ -286,7 +334,8 @@ def train_step(policy, groups, step, pad_id):
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.model.parameters(), grad_clip, foreach=True)
     if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
         grad_norm = grad_norm.full_tensor()
-    # the loss's stats by name (loss.merge_stats): sums, and maxima for names ending in _max, over trainers
+    # the loss's stats by name (loss.merge_stats):
+    # sums, and maxima for names ending in _max, over trainers
     peak = lambda key: key.endswith("_max")
     sums.update({k: sum(s[k] for s in loss_stats) for k in loss_stats[0] if not peak(k)})
     peaks = {k: max(s[k] for s in loss_stats) for k in loss_stats[0] if peak(k)}
@@ -303,19 +352,21 @@ def train_step(policy, groups, step, pad_id):
 
 
 def pass_at_k(n, c, k):
-    """Unbiased pass@k from n samples of which c passed: 1 - C(n - c, k) / C(n, k) (Chen et al. 2021)."""
+    """Unbiased pass@k from n samples of which c passed:
+    1 - C(n - c, k) / C(n, k) (Chen et al. 2021)."""
     return 1.0 if n - c < k else 1.0 - math.prod(1 - k / i for i in range(n - c + 1, n + 1))
 
 
 @torch.no_grad()
 def evaluate(samplers, rollouts, task, layout, policy, pad_id):
-    """Held-out mean@n, pass@k (k = 1, 2, 4, ..., n = eval_samples), lag-0 mismatch -> (figures, training
-    tokens meanwhile)."""
-    # sampled as in training (the paper's mean@16 is), under interruption whatever length_control (one
-    # protocol, ours), on the training samplers: their groups decode on and wait in `rollouts`
+    """Held-out mean@n, pass@k (k = 1, 2, 4, ..., n = eval_samples),
+    lag-0 mismatch -> (figures, training tokens meanwhile)."""
+    # sampled as in training (the paper's mean@16 is), under interruption whatever length_control
+    # (one protocol, ours), on the training samplers: their groups decode on and wait in `rollouts`
     started = time.time()
     for i, prompt in enumerate(task.val_prompts):
-        samplers.add(("val", i), prompt.input_ids, eval_samples, (think_budget_min, think_budget_max))
+        samplers.add(("val", i), prompt.input_ids, eval_samples,
+                     (think_budget_min, think_budget_max))
     groups, tokens, val_tokens = [], 0, 0
     with tqdm(total=len(task.val_prompts), desc="validation", leave=False,
               disable=not (layout.rank == 0 and sys.stderr.isatty())) as bar:
@@ -327,9 +378,11 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
                 bar.update()
     prompts = [task.val_prompts[g.prompt_id[1]] for g in groups]
     scores = iter(rewards.score([(p, data.decode(task, c.token_ids), c.finish_reason == "truncated")
-                                 for p, g in zip(prompts, groups) for c in g.completions], verify_timeout))
+                                 for p, g in zip(prompts, groups) for c in g.completions],
+                                verify_timeout))
     # sums over samples and prompts, overall and per domain: the same keys on every rank
-    ks = sorted({2 ** i for i in range(eval_samples.bit_length())} | {eval_samples})  # 1, 2, 4, ..., n
+    ks = sorted({2 ** i for i in range(eval_samples.bit_length())}
+                | {eval_samples})  # 1, 2, 4, ..., n
     kinds = ("correct", "total", "prompts", "squares", "binomial", *(f"pass@{k}" for k in ks))
     counts = {kind + d: 0.0 for kind in kinds for d in ["", *(f"_{d}" for d in task.domains)]}
     for prompt, group in zip(prompts, groups):
@@ -340,15 +393,18 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
             counts["total" + key] += n
             counts["prompts" + key] += 1
             counts["squares" + key] += (c / n) ** 2  # for the standard error over prompts
-            counts["binomial" + key] += c * (n - c) / n ** 2 / n  # p (1 - p) / n: the sampling's share
+            # p (1 - p) / n: the sampling's share
+            counts["binomial" + key] += c * (n - c) / n ** 2 / n
             for k in ks:
                 counts[f"pass@{k}{key}"] += pass_at_k(n, c, k)
     if layout.role == "data_parallel":  # every rank evaluated its share
         counts = distributed.all_reduce_sums(counts)
     mean = counts["correct"] / counts["total"]
-    spread = max(counts["squares"] / counts["prompts"] - mean ** 2, 0.0)  # the prompts' pass rates' variance
-    # val_reward_se: the spread between prompts (a new draw of prompts); val_sampling_se: the samples' own
-    # error on these prompts (what separates points of one run, which share them), sqrt(sum p(1-p)/k) / n
+    # the prompts' pass rates' variance
+    spread = max(counts["squares"] / counts["prompts"] - mean ** 2, 0.0)
+    # val_reward_se: the spread between prompts (a new draw of prompts); val_sampling_se: the
+    # samples' own error on these prompts (what separates points of one run, which share them),
+    # sqrt(sum p(1-p)/k) / n
     result = {"val_reward": mean, "val_reward_se": (spread / counts["prompts"]) ** 0.5,
               "val_sampling_se": counts["binomial"] ** 0.5 / counts["prompts"],
               "val_seconds": time.time() - started}
@@ -358,8 +414,10 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
         for k in ks:  # unbiased pass@k from the same samples (Chen et al. 2021), as peers log it
             result[f"val_pass@{k}{d}"] = counts[f"pass@{k}{d}"] / max(counts[f"prompts{d}"], 1)
     if groups and not policy.sharded:  # (a data-parallel rank may hold no held-out prompt)
-        ids, lengths, behaviour, mask, _, _ = collate(groups[:8], torch.zeros(8, eval_samples), pad_id)
-        rows = micro_batches(lengths, 0, 1)[0]  # one forward within the trainer's caps (GPUs: 16k tokens)
+        ids, lengths, behaviour, mask, _, _ = collate(groups[:8], torch.zeros(8, eval_samples),
+                                                      pad_id)
+        # one forward within the trainer's caps (GPUs: 16k tokens)
+        rows = micro_batches(lengths, 0, 1)[0]
         T, on = int(lengths[rows].max()), next(policy.model.parameters()).device
         logprobs = policy.logprobs(ids[rows, :T].to(on), temperature, fp32_head)
         mb = lambda x: x[rows, :T - 1].to(on)
@@ -371,8 +429,10 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
 # the roles and their parts
 
 def tiny_model():
-    """The built-in task's base model directory, built once by data/builtin/prepare.py (~1 minute)."""
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "builtin", "prepare.py")
+    """The built-in task's base model directory,
+    built once by data/builtin/prepare.py (~1 minute)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "builtin",
+                          "prepare.py")
     prepare = subprocess.run([sys.executable, script, f"--seed={data_seed}", "--measure=False"],
                              stdout=subprocess.PIPE, text=True)
     if prepare.returncode:
@@ -381,30 +441,34 @@ def tiny_model():
 
 
 def load_task(path, layout):
-    """The task; a data-parallel rank keeps every world-th prompt (its curriculum, its validation share)."""
+    """The task; a data-parallel rank keeps every world-th prompt
+    (its curriculum, its validation share)."""
     try:
-        task = data.load_task(data_path, path, n_train, n_val, data_seed, prompt_field or None, answer_field,
-                              prompt_template, sandbox_unsafe)
+        task = data.load_task(data_path, path, n_train, n_val, data_seed, prompt_field or None,
+                              answer_field, prompt_template, sandbox_unsafe)
     except data.DataError as e:
         fail(str(e))
-    share = slice(layout.rank, None, layout.world) if layout.role == "data_parallel" else slice(None)
+    share = (slice(layout.rank, None, layout.world) if layout.role == "data_parallel"
+             else slice(None))
     return task._replace(prompts=task.prompts[share], val_prompts=task.val_prompts[share])
 
 
 def make_policy(path, layout, resume=False):
-    """The trainer's Policy (policy.py): sharded by FSDP2 when 2+ trainers sit beside sampler ranks."""
+    """The trainer's Policy (policy.py):
+    sharded by FSDP2 when 2+ trainers sit beside sampler ranks."""
     sharded = layout.trainers > 1 and layout.samplers > 0
     return load_policy(path, layout.device, layout.trainer_rank, layout.trainers, sharded,
-                       getattr(torch, dtype), checkpoint_activations, resume, lr=lr, betas=(beta1, beta2),
-                       eps=adam_eps, weight_decay=weight_decay)
+                       getattr(torch, dtype), checkpoint_activations, resume, lr=lr,
+                       betas=(beta1, beta2), eps=adam_eps, weight_decay=weight_decay)
 
 
 def run_follower(path, task, layout, pad_id, resume):
-    """A follower trainer's life: its share of each step and checkpoint the master sends, until 'stop' ->
-    the exit code that carries."""
+    """A follower trainer's life: its share of each step and checkpoint the master sends, until
+    'stop' -> the exit code that carries."""
     policy = make_policy(path, layout, resume)
     while (message := layout.mailbox.get(0, "the master (rank 0)"))[0] != "stop":
-        if message[0] == "save":  # the master's checkpoint.save_run: full_state gathers from every trainer
+        if message[0] == "save":  # the master's checkpoint.save_run:
+                                  # full_state gathers from every trainer
             checkpoint.save(out_dir, policy, task.tokenizer, None)
             continue
         _, batch, step = message
@@ -414,7 +478,8 @@ def run_follower(path, task, layout, pad_id, resume):
 
 
 def master_parts(path, task, layout, state, step, max_len):
-    """The master's parts, resumed from `state` if any: policy, curriculum, scheduler, samplers, slots."""
+    """The master's parts, resumed from `state` if any:
+    policy, curriculum, scheduler, samplers, slots."""
     dp = layout.role == "data_parallel"
     policy = make_policy(path, layout, resume=state is not None)
     if dp and state and state["world"] != layout.world:
@@ -422,22 +487,26 @@ def master_parts(path, task, layout, state, step, max_len):
              f"{layout.world}")
     curriculum = data.Curriculum(len(task.prompts), seed + layout.rank, npr, npr_threshold,
                                  [p.domain for p in task.prompts], [p.weight for p in task.prompts])
-    mine = state["shares"][layout.rank if dp else 0] if state else dict(curriculum=None, in_flight=[])
+    mine = (state["shares"][layout.rank if dp else 0] if state
+            else dict(curriculum=None, in_flight=[]))
     if mine["curriculum"]:
         curriculum.load_state_dict(mine["curriculum"])
-    local_prompts = prompts_per_step // layout.world if dp else prompts_per_step  # the groups it brings
-    rollouts = scheduler.Rollouts(curriculum, task.prompts, samples_per_prompt, local_prompts, max_lag,
-                                  off_policy, requeue=mine["in_flight"])
+    # the groups it brings
+    local_prompts = prompts_per_step // layout.world if dp else prompts_per_step
+    rollouts = scheduler.Rollouts(curriculum, task.prompts, samples_per_prompt, local_prompts,
+                                  max_lag, off_policy, requeue=mine["in_flight"])
     samplers = distributed.RemoteSamplers(layout, rank_timeout) if layout.samplers else \
         sample.make_sampler(path, task, layout, step, max_len, current_config(), policy)
     samplers.version = step
-    slots = sampler_slots * max(layout.samplers, 1)  # every sampler's (scheduler.room: and a batch queued)
+    # every sampler's (scheduler.room: and a batch queued)
+    slots = sampler_slots * max(layout.samplers, 1)
     return policy, curriculum, rollouts, samplers, slots
 
 
 # -----------------------------------------------------------------------------
 if __name__ == "__main__":
-    stop = distributed.StopSignal()  # SIGTERM, SIGINT: a checkpoint, then every rank stops (the loop)
+    # SIGTERM, SIGINT: a checkpoint, then every rank stops (the loop)
+    stop = distributed.StopSignal()
     configure(sys.argv[1:])
     try:
         distributed.place(n_samplers, sampler, device)  # before anything initialises CUDA
@@ -450,7 +519,8 @@ if __name__ == "__main__":
     config = current_config()
     resumed = checkpoint.resume(out_dir) if init_from == "resume" else None
     layout = distributed.setup(n_samplers, rank_timeout, device, sampler)
-    sys.excepthook = distributed.rank_error_hook(layout.rank)  # a dead or silent peer: one line, exit 1
+    # a dead or silent peer: one line, exit 1
+    sys.excepthook = distributed.rank_error_hook(layout.rank)
     master, dp = layout.rank == 0, layout.role == "data_parallel"
     if master:
         print(json.dumps(config, indent=1))
@@ -460,7 +530,8 @@ if __name__ == "__main__":
         changed = [f"{k} {saved[k]}" for k in ("dtype", "sampler_dtype") if saved[k] != config[k]]
         note = f"; the checkpoint's run had {', '.join(changed)}" if changed else ""
         print(f"dtypes: trainer {dtype}, sampler {sampler_dtype} ({why}){note}", flush=True)
-    # the model directory (the built-in tiny model is built once, by the master), the task, the memory plan
+    # the model directory (the built-in tiny model is built once, by the master), the task,
+    # the memory plan
     base_path = model_path or distributed.master_first(layout, tiny_model)
     load_path, state, logged = resumed or (base_path, None, None)
     step = state["step"] if state else 0
@@ -472,34 +543,41 @@ if __name__ == "__main__":
     if problem := memory.plan_run(load_path, layout, config, max_len):
         fail(problem)
 
-    if layout.role == "sampler":  # generate what the master hands out until it says stop (distributed.serve)
-        exit_code = distributed.serve(sample.make_sampler(load_path, task, layout, step, max_len, config),
-                                      layout, rank_timeout)
+    if layout.role == "sampler":  # generate what the master hands out until it says stop
+                                  # (distributed.serve)
+        exit_code = distributed.serve(
+            sample.make_sampler(load_path, task, layout, step, max_len, config),
+            layout, rank_timeout)
     elif layout.role == "follower":  # train a share of each batch the master sends
         exit_code = run_follower(load_path, task, layout, pad_id, resume=state is not None)
-    else:  # the master, a data-parallel rank, or the one process: the curriculum, the scheduler, the log
-        policy, curriculum, rollouts, samplers, slots = master_parts(load_path, task, layout, state, step,
-                                                                     max_len)
+    else:  # the master, a data-parallel rank, or the one process:
+           # the curriculum, the scheduler, the log
+        policy, curriculum, rollouts, samplers, slots = master_parts(load_path, task, layout,
+                                                                     state, step, max_len)
         n_params = sum(p.numel() for p in policy.model.parameters())
         counters = state["counters"] if state else dict(train_seconds=0.0, flops=0.0, tokens=0)
         code = any(p.code for p in task.prompts + task.val_prompts)
         isolation = sandbox.isolation() if master and code else None  # what code rewards run under
-        log = checkpoint.open_run(out_dir, config, layout, n_params, isolation, logged) if master else None
+        log = (checkpoint.open_run(out_dir, config, layout, n_params, isolation, logged) if master
+               else None)
         t_start = segment_start = time.time()  # the run's start, and its first training segment's
         # this process's CPU time, validation included, a resumed run's earlier time too
         cpu_start = time.process_time() - counters.get("cpu_seconds", 0.0)
         generated = 0  # tokens decoded since a step last counted them
         row, evaluate_row = checkpoint.first_row(state, logged, eval_interval)
-        unlogged, row = row is not None, row or state["row"]  # the step's row, for its log and checkpoint
+        # the step's row, for its log and checkpoint
+        unlogged, row = row is not None, row or state["row"]
         last = stopping = save = False
         saved_step = step if state else -1  # the step of out_dir's checkpoint
         while True:
-            # a stop signal is read here, between steps (data-parallel ranks agree on it at the batch,
-            # below): the steps done are checkpointed, a validation not begun is left to the resumed run
+            # a stop signal is read here, between steps (data-parallel ranks agree on it at the
+            # batch, below): the steps done are checkpointed, a validation not begun is left to the
+            # resumed run
             stopping = stopping or (stop.name is not None and not dp)
             if (save or stopping) and saved_step != step:  # before a validation that may take hours
                 checkpoint.save_run(out_dir, policy, task, layout, curriculum, rollouts,
-                                    dict(step=step, counters=counters, config=config, row=row, last=last))
+                                    dict(step=step, counters=counters, config=config, row=row,
+                                         last=last))
                 saved_step = step
             # evaluate (step 0, every eval_interval steps, the last) and log the step's row
             if unlogged and not (stopping and evaluate_row):
@@ -512,47 +590,56 @@ if __name__ == "__main__":
                 segment_start = time.time()  # validation and checkpoints are not training compute
             if last or stopping or step >= max_steps:
                 break
-            # sample: new prompts within the lag bound, one engine step on every sampler, finished groups in
+            # sample: new prompts within the lag bound, one engine step on every sampler,
+            # finished groups in
             room = scheduler.room(slots, samplers.num_unfinished, samples_per_prompt, rollouts.P)
             rollouts.hand_out(samplers, step, room)
             generated += samplers.step()
             rollouts.collect(samplers.pop_finished())
             batch = rollouts.ready_batch(step)
-            if batch is None:  # every prompt retired (No-Positive-Resampling), none decoding: stop (below)
+            if batch is None:  # every prompt retired (No-Positive-Resampling),
+                               # none decoding: stop (below)
                 last = rollouts.starved and not samplers.num_unfinished and not dp
                 continue
             # reward: the verifier or the sandbox, and the curriculum's pass rates
             reward_groups(batch, task, curriculum)
-            last = step + 1 >= max_steps or rollouts.starved or 0 < max_minutes * 60 < time.time() - t_start
-            if dp:  # every rank brings its share: one batch, one stop decision (a signal's too), its tokens
+            last = (step + 1 >= max_steps or rollouts.starved
+                    or 0 < max_minutes * 60 < time.time() - t_start)
+            if dp:  # every rank brings its share:
+                    # one batch, one stop decision (a signal's too), its tokens
                 shares = distributed.gather_objects((batch, last, generated, stop.name is not None))
                 batches, stops, decoded, signalled = zip(*shares)
-                batch, last, generated = [g for share in batches for g in share], any(stops), sum(decoded)
+                batch, last, generated = ([g for share in batches for g in share], any(stops),
+                                          sum(decoded))
                 stopping = any(signalled)
             save = last or (step + 1) % ckpt_interval == 0  # at the loop's top
-            for rank in range(1, layout.trainers) if layout.samplers else ():  # the followers train it too
+            # the followers train it too
+            for rank in range(1, layout.trainers) if layout.samplers else ():
                 layout.mailbox.send(rank, ("step", batch, step))
             # train, then push the weights into every sampler, in flight
             stats = train_step(policy, batch, step, pad_id)
             step += 1
-            push_weights(policy, samplers, step, getattr(torch, sampler_dtype), weight_bucket_mb << 20)
-            row = checkpoint.count(counters, step, stats, generated, n_params, segment_start, cpu_start,
-                                   layout.world)
+            push_weights(policy, samplers, step, getattr(torch, sampler_dtype),
+                         weight_bucket_mb << 20)
+            row = checkpoint.count(counters, step, stats, generated, n_params, segment_start,
+                                   cpu_start, layout.world)
             unlogged, generated = True, 0
             evaluate_row = step % eval_interval == 0 or last
         if rollouts.starved and last and master:
             print(f"every training prompt{' of a data-parallel share' if dp else ''} is retired by "
                   "No-Positive-Resampling: stopping")
-        done = not unlogged and (last or step >= max_steps)  # finished: a signal meanwhile changes nothing
+        # finished: a signal meanwhile changes nothing
+        done = not unlogged and (last or step >= max_steps)
         exit_code = distributed.PREEMPTED if stopping and not done else 0
         if layout.samplers:  # the last message to every other rank
             samplers.stop(exit_code)
         if log:
             log.close()
     distributed.finish(layout)
-    if exit_code:  # stopped by a signal: every rank exits with PREEMPTED, the master says how to go on
+    if exit_code:  # stopped by a signal:
+                   # every rank exits with PREEMPTED, the master says how to go on
         if master:
-            print(f"train.py: {stop.name or 'a stop signal'}: stopped after step {step}, checkpoint "
-                  f"{os.path.join(out_dir, 'ckpt')}; to go on, run the same command with "
-                  "--init_from=resume", file=sys.stderr, flush=True)
+            print(f"train.py: {stop.name or 'a stop signal'}: stopped after step {step}, "
+                  f"checkpoint {os.path.join(out_dir, 'ckpt')}; to go on, run the same command "
+                  "with --init_from=resume", file=sys.stderr, flush=True)
         sys.exit(exit_code)
