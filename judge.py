@@ -167,6 +167,7 @@ def distinct(keys):
 # The program's side, in the sandbox: it reads requests and writes replies, nothing else
 HARNESS = CODEC + r'''
 import builtins, os, sys
+builtins.exit = builtins.quit = sys.exit  # site's, which -S leaves out: an exit, never a NameError
 BUILTINS = dict(vars(builtins))  # as they are before the program runs
 dumps, loads = json.dumps, json.loads
 getattr(sys, "set_int_max_str_digits", abs)(0)  # ints of any size, as before Python 3.11
@@ -257,8 +258,13 @@ def serve():  # answers the judge until it answers a callback of ours: -> (kind,
 
 exec(compile(sys.argv[2], "prompt.py", "exec"), objects[0])  # the prompt's own code (HumanEval's)
 exec(compile(sys.argv[1], "solution.py", "exec"), objects[0])
+if isinstance(cls := objects[0].get("Solution"), type):  # LeetCode's: its methods, entry points
+    objects[0] = {k: getattr(o, k) for o in [cls()] for k in dir(o) if k[0] != "_"} | objects[0]
 serve()
 '''
+STDIN = """import builtins, sys
+builtins.exit = builtins.quit = sys.exit
+exec(compile(sys.argv[1], "solution.py", "exec"), {"__name__": "__main__"})"""  # site's exit
 _codec = {"BUILTINS": vars(builtins)}
 exec(CODEC, _codec)  # the judge's side of the same grammar
 encode, decode = _codec["encode"], _codec["decode"]
@@ -711,7 +717,7 @@ def passes(program, tests=(), fn_name=None, test=None, entry_point=None, prelude
         if not tests and not test:
             return False
         if fn_name is None and test is None:  # a process per test, lazily: the first fail ends it
-            args = ["-X", "int_max_str_digits=0", "-c", program]
+            args = ["-X", "int_max_str_digits=0", "-c", STDIN, program]
             return all(r.returncode == 0 and r.stdout.decode(errors="replace").split()
                        == t["output"].split() for t in tests
                        for r in [run(args, t["input"].encode(), timeout)])

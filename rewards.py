@@ -71,20 +71,32 @@ def extract_program(prompt, completion_text):
             return False
     blocks = [body for language, body in FENCE.findall(scored_text(prompt, completion_text) or "")
               if is_code(language, body)]
-    return blocks[-1] if blocks else None
+    # of those, the last that defines the entry point the tests name, if one does: a block below the
+    # program that only uses it (`print(add(2, 3))`) is its example usage
+    code = prompt.code or {}
+    names = judge.entry_points(code.get("fn_name") or code.get("entry_point"))
+    defines = [body for body in blocks if names and all(
+        re.search(rf"^\s*(?:async\s+)?(?:def|class)\s+{n}\b|^{n}\s*=", body, re.M) for n in names)]
+    return (defines or blocks or [None])[-1]
 
 # -----------------------------------------------------------------------------
 # the final answer of a math completion: a small grammar (README states it)
 #
 #   answer     := the last \boxed{} (every box agreeing) | the clause after the last answer marker
 #                 | the last sentence holding a digit
-#   statement  := [working '='] prefix NUMBER suffix     (a chain counts from its last '=')
-#   prefix     := words and formatting: no number, no operator, no qualifier (more than, about, not)
-#   NUMBER     := sign digits[,ddd...][.digits][e±k] [scale word] | p/q in lowest terms | \frac{p}{q}
-#   suffix     := units (km/h, m^2, %, °, dollars): no number, no operator, no qualifier (or more)
+#   statement  := [working '='] prefix NUMBER suffix     (a chain counts from its last '=', its
+#                 working ending in what that '=' evaluates, not in a second name: x = 5, y = 6)
+#   prefix     := words and formatting: no number, no operator, no qualifier (more than, about, not,
+#                 half of); 'minus' or 'negative' just before the number is its sign
+#   NUMBER     := sign digits[,ddd...][.digits][e±k] [scale words] | p/q in lowest terms
+#                 | \frac{p}{q}
+#   suffix     := units (km/h, m^2, %, °, dollars): no number, no operator, no qualifier (or more,
+#                 squared), no hedge anywhere (', maybe six': a second answer in words)
 # One number in the answer's scope, and every later restatement (a short sentence or a marker clause
-# stating a number) states the same value; anything else is -1. Digits of any script, every dash and
-# minus, TeX and thin-space separators are read as one spelling first; the gold goes through the same.
+# stating a number, or any clause holding a hedge and a number) states the same value; anything else
+# is -1. Digits of any script, every dash and minus, TeX and thin-space separators are read as one
+# spelling first; any other math symbol or number sign (√, ∛, ⑥, ½, ₂) is an operator; GSM8K's
+# calculator notes <<48+24=72>> are dropped; the gold goes through the same.
 
 MARKER = re.compile(r"(?i)\b(?:final\s+)?answer\s*(?:(?:is|would\s+be|will\s+be|should\s+be)\s*:?|:|=)"
                     r"|####")
@@ -96,7 +108,7 @@ FRAC = re.compile(r"(-?)\\[dt]?frac\s*(?:\{\s*(-?\d+)\s*\}|(\d))\s*(?:\{\s*(-?\d
 # formatting that is not the answer: $ and \$, \( \) \[ \], \left \right, LaTeX spaces, degrees, braces,
 # **bold**
 DROP = re.compile(r"\\\$|\$|\\[()\[\]]|\\left|\\right|\\[,;:! ]|\\q?quad|\^\s*\{?\s*\\circ\s*\}?|°|[{}]"
-                  r"|\*\*")
+                  r"|\*\*|\\(?:display|text|script)style|<<[^<>]*>>")
 TOKEN = re.compile(r"""(?P<ratio>-?\d+/-?\d+(?![\d.,/]))
     |(?P<number>[-+]?(?:\d{1,3}(?:,\d{3})+(?![,\d])|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\d.]\d)|[-+]?\.\d+)
     |(?P<equals>=)|(?P<power>\^\s*-?\d+)|(?P<op>[-+*/^×÷·⋅!<>~≈≤≥±|]|\\[a-zA-Z]+)
@@ -104,11 +116,12 @@ TOKEN = re.compile(r"""(?P<ratio>-?\d+/-?\d+(?![\d.,/]))
 SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12,
           "dozen": 12}
 # words that offer another answer, and those that bound or approximate one: not an exact answer
-HEDGES = {"or", "not", "maybe", "perhaps", "probably", "possibly", "likely", "although", "though",
-          "alternatively", "otherwise", "unless"}
+HEDGES = {"or", "not", "maybe", "perhaps", "probably", "possibly", "likely", "might", "although",
+          "though", "alternatively", "otherwise", "unless"}
 QUALIFIERS = HEDGES | {"than", "least", "most", "more", "less", "fewer", "over", "under", "about",
                        "around", "approximately", "approx", "roughly", "nearly", "almost", "circa", "ca",
-                       "up", "estimated", "ish"}
+                       "up", "estimated", "ish", "half", "twice", "double", "triple", "squared",
+                       "cubed"}
 SUPERSCRIPTS = str.maketrans({c: f"^{d}" for d, c in enumerate("⁰¹²³⁴⁵⁶⁷⁸⁹")} | {"⁻": "^-"})
 TOWER = re.compile(r"\^\s*(?:\{[^{}]*\^|\(?[\w.]+\)?\s*\^|\{?\s*\d{4,})|\*\*\s*\(?(?:[\w.]+\)?\s*\*\*|\d{4,})"
                    r"|\d{3,}\s*!|\d{25,}")
@@ -122,6 +135,9 @@ def _ascii(c):
         return str(unicodedata.decimal(c))
     if c == "\u2212" or unicodedata.category(c) == "Pd":
         return "-"
+    sign = unicodedata.category(c) in ("Sm", "No", "Nl")  # not a CJK numeral: 一共 is 'in all'
+    if sign and c not in "⁰¹²³⁴⁵⁶⁷⁸⁹⁻":  # superscripts are powers (SUPERSCRIPTS)
+        return "*"  # an operator, or a number the grammar does not read: √36, ∛27, 5 ⑥, 6½, 101₂
     return c if c in "\u2009\u202f\u00a0\u2007" or not c.isspace() else " "
 
 
@@ -153,7 +169,10 @@ def statement(text, canonical=True):
     equals = [j for j, (kind, _) in enumerate(spaced) if kind == "equals"]
     if equals:  # a chain: what its last '=' gives, after working of one chain (not x = 5 or x = 6)
         working, link = spaced[:equals[-1]], spaced[(equals[-2] if equals[1:] else -1) + 1:equals[-1]]
-        if QUALIFIERS & {t.lower() for k, t in working if k == "word"} or ("other", ",") in link:
+        commas = [j for j, token in enumerate(link) if token == ("other", ",")]
+        named = commas and {k for k, _ in link[commas[-1]:]} <= {"other", "word", "space"}
+        if QUALIFIERS & {t.lower() for k, t in working if k == "word"} or named and any(
+                k == "number" for k, _ in link[:commas[-1]]):  # x = 5, y = 6: a second statement
             return None
         spaced = spaced[equals[-1] + 1:]
     # a sign glued to a term is an operation (x+1, 2-3); a letter glued to a number a product (2x)
@@ -168,10 +187,14 @@ def statement(text, canonical=True):
     i = numbers[0]
     prefix, suffix = tokens[:i], tokens[i + 1:]
     value = _value(*tokens[i], canonical)
-    if suffix and suffix[0][0] == "word" and suffix[0][1].lower() in SCALES:
+    while suffix and suffix[0][0] == "word" and suffix[0][1].lower() in SCALES:  # 6 hundred million
         value, suffix = value and value * SCALES[suffix[0][1].lower()], suffix[1:]
+    if prefix and prefix[-1][1].lower() in ("minus", "negative"):
+        value, prefix = value and -value, prefix[:-1]
     words = [text.lower() for kind, text in prefix[-2:] + suffix[:2] if kind == "word"]
-    if value is None or any(kind in ("op", "power") for kind, _ in prefix) or QUALIFIERS & set(words):
+    hedged = HEDGES & {text.lower() for kind, text in suffix if kind == "word"}
+    operated = any(kind in ("op", "power") for kind, _ in prefix)
+    if value is None or operated or QUALIFIERS & set(words) or hedged:
         return None
     for j, (kind, text) in enumerate(suffix):  # a unit's '/' and '^k' follow a word: km/h, m^2
         after_word = j > 0 and suffix[j - 1][0] in ("word", "power")
@@ -218,22 +241,22 @@ def final_answer(text):
 
 
 def alone(rest):
-    """True when the rest of the answer's clause offers no other number: one led by a hedge ('or 46 if
-    ...', 'although 8 is possible') is a second candidate; the question's own numbers ('costs \\boxed{4}
-    dollars more than 2 bagels') and working ('since 48 + 24 = 72') are not."""
-    tokens = [(m.lastgroup, m[0].lower()) for m in TOKEN.finditer(normalise(rest)) if m.lastgroup != "space"]
-    return not any(kind in ("number", "ratio") and HEDGES & {text for _, text in tokens[max(i - 3, 0):i]}
-                   for i, (kind, _) in enumerate(tokens))
+    # True when the rest of the answer's clause offers no other answer: a hedge ('or 46 if ...',
+    # 'although 8 is possible', 'maybe six') offers a second; the question's own numbers ('costs
+    # \boxed{4} dollars more than 2 bagels') and working ('since 48 + 24 = 72') do not
+    return not HEDGES & {m[0].lower() for m in TOKEN.finditer(normalise(rest)) if m["word"]}
 
 
 def restates(later, value):
-    """True when nothing after the answer's clause states another value: no short clause (one number
-    and at most two words, in any language: 'Or 6.', 'Actually 56.') and no marker clause states a
-    different one. Working and checking (more words, or several numbers) are not statements."""
+    # True when nothing after the answer's clause states another value: no short clause (one number
+    # and at most two words, in any language: 'Or 6.', 'Actually 56.'), no hedged one ('It might
+    # also be 5.') and no marker clause states a different one. Working and checking (more words,
+    # or several numbers) are not statements
     for clause in CLAUSE_END.split(later):
         marked = MARKER.split(clause)[-1]
-        kinds = [m.lastgroup for m in TOKEN.finditer(normalise(marked))]
-        short = MARKER.search(clause) or kinds.count("word") <= 2
+        tokens = [(m.lastgroup, m[0].lower()) for m in TOKEN.finditer(normalise(marked))]
+        kinds = [kind for kind, _ in tokens]
+        short = MARKER.search(clause) or kinds.count("word") <= 2 or HEDGES & {t for _, t in tokens}
         if short and kinds.count("number") + kinds.count("ratio") == 1 and statement(marked) != value:
             return False
     return True
@@ -427,8 +450,19 @@ def code_tests(row, prompt=None):
         raise ValueError(f"field {field!r} is not valid Python ({e.msg}, line {e.lineno})") from None
     except ValueError as e:
         raise ValueError(f"field {field!r}: {e}") from None
+    # the judge and the sandbox run the standard library only (no site-packages)
+    outside = sorted(set(imported(test + "\n" + (prelude or ""))) - sys.stdlib_module_names)
+    require(not outside, f"{field!r} imports {outside[:1]}, outside the standard library")
     spec = dict(test=test, entry_point=entry_point) if entry_point else dict(test=test)
     return with_prelude(spec)
+
+
+def imported(code):  # the top-level modules code imports
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            yield from (alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            yield node.module.split(".")[0]
 
 
 def code_row(row, text, answer):

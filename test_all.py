@@ -833,7 +833,7 @@ def test_evaluate_counts_the_training_tokens_decoded_during_validation(train_con
     prompts = [Prompt(f"v{i}", "", [1, 2], "0", domain=d) for i, d in enumerate(["math", "code", "math"])]
     # in every math group the first sample right, the second wrong: mean@2 0.5, pass@2 1.0; every code sample wrong
     monkeypatch.setattr(rewards, "score", lambda pairs, timeout: [1.0 if p.domain == "math" and i % 2 == 0 else -1.0
-                                                                  for i, (p, _) in enumerate(pairs)])
+                                                                  for i, (p, *_) in enumerate(pairs)])
     task = data.Task(prompts, prompts, tiny.build_tokenizer(), {1}, ["code", "math"])
     rollouts = scheduler.Rollouts(data.Curriculum(3), prompts, 2, 1, 1, "pipeline")
     samplers = FakeSamplers(1, 64, lambda t: 10)  # training groups: 10 steps; validation groups: 3
@@ -1784,6 +1784,36 @@ def test_the_trainer_tells_the_reward_which_completions_the_cap_cut(monkeypatch)
                        for reason in ("eos", "truncated")], index=0)
     train.reward_groups([g], task, data.Curriculum(1))
     assert [(text, cut) for _, text, cut in seen] == [("15", False), ("15", True)]
+
+def test_fresh_math_answers_of_every_class_score_as_the_grammar_says_in_both_threads(tmp_path):
+    from tests.judge_cases import MATH, prompts_of, scored_in_both_threads
+    prompts = prompts_of(tmp_path, [dict(answer=gold) for gold, *_ in MATH])
+    pairs = [(p, text, cut) for p, (_, text, cut, _) in zip(prompts, MATH)]
+    verdicts = scored_in_both_threads(pairs)
+    assert len(MATH) > 250 and [(case, v) for case, v in zip(MATH, verdicts) if v != case[-1]] == []
+
+
+def test_fresh_code_answers_of_every_class_are_judged_as_data_in_both_threads(tmp_path):
+    from tests.judge_cases import CODE, REFUSED, prompts_of, scored_in_both_threads
+    loaded = [case for case in CODE if case[-1] != REFUSED]
+    prompts = prompts_of(tmp_path, [row for _, row, *_ in loaded])
+    pairs = [(p, "<think>ok</think>" + text) for p, (_, _, text, _) in zip(prompts, loaded)]
+    verdicts = scored_in_both_threads(pairs)
+    assert len(loaded) > 70 and [(case, v) for case, v in zip(loaded, verdicts) if v != case[-1]] == []
+
+
+def refused_code_rows():
+    from tests.judge_cases import CODE, REFUSED
+    return [row for *_, row, _, verdict in CODE if verdict == REFUSED]
+
+
+@pytest.mark.parametrize("row", refused_code_rows())
+def test_a_code_row_that_a_cheat_could_pass_or_no_program_can_is_refused_at_load_in_one_line(tmp_path, row):
+    path = tmp_path / "row.jsonl"
+    path.write_text(json.dumps(dict(row, prompt="p")) + "\n")
+    with pytest.raises(data.DataError) as info:
+        data.read_jsonl(str(path))
+    assert str(info.value).startswith(f"{path}:1: field ") and "\n" not in str(info.value)
 
 # -----------------------------------------------------------------------------
 # reward() and score() go through the registry

@@ -1,0 +1,474 @@
+"""Judges that generalise (issue 40), tried again by a new user: fresh (gold, completion) cases of every class
+the issue names and of kinds it did not, written blind from README's rules, scored through data.split_task's
+prompts and rewards.score in the main thread and in a worker thread (test_all.py's tests of them). Cheats score -1, honest answers +1; a
+code row that a cheat could pass, or no program can, is refused at load. First try: math 234 of 253 held, code
+78 of 86; the misses' classes now hold by rules (rewards.py's grammar comment, extract_program, code_tests;
+judge.py's HARNESS and STDIN). Decided -1 as debatable: an answer followed by a parenthesis of numbers, a
+closed box where the cap cut. Left out, not held: '2bn' (a glued scale suffix is read as a unit),
+'\\boxed{- 6}' (a sign spaced from its digits is an operation), ~~~ fences (not read as a block)."""
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import data
+import rewards
+from data import DataError
+
+
+class Chars:
+    """A tokenizer's stand-in for data.split_task: a token per character, no chat template."""
+    chat_template, eos_token_id = None, 0
+
+    def encode(self, text, add_special_tokens=True):
+        return [ord(c) for c in text]
+
+    def decode(self, ids):
+        return "".join(map(chr, ids))
+
+
+def prompts_of(tmp_path, rows):
+    """Each row (its prompt made unique) -> its Prompt, read as data.split_task reads a file."""
+    rows = [dict(row, prompt=f"# case {i}\n" + row.get("prompt", "")) for i, row in enumerate(rows)]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    train, val, *_ = data.split_task(str(path), Chars(), 0, 1)
+    by_text = {p.text: p for p in train + val}
+    return [by_text[row["prompt"]] for row in rows]
+
+
+def scored_in_both_threads(pairs):
+    with ThreadPoolExecutor(1) as pool:
+        in_worker = pool.submit(rewards.score, pairs).result()
+    in_main = rewards.score(pairs)
+    assert in_main == in_worker
+    return in_main
+
+
+# (gold, the text after </think>, cut by the length cap?, reward), by class
+MATH = [
+    # second_number_words
+    ('6', 'The answer is 6, not 5.', False, -1),
+    ('5', 'The answer is 6, not 5.', False, -1),
+    ('5', 'It is 5 unless we count the teacher, then 6.', False, -1),
+    ('6', 'It is 5 unless we count the teacher, then 6.', False, -1),
+    ('5', 'The answer is 5 or six.', False, -1),
+    ('5', 'The answer is five or 5.', False, -1),
+    ('6', 'The answer is 6 (not 5 as one might think).', False, -1),
+    ('5', 'So he has 5 apples, maybe six.', False, -1),
+    ('12', 'Answer: 12, but 13 if the teacher counts.', False, -1),
+    ('6', 'The answer is 6, though 7 is also possible.', False, -1),
+    # bounds_qualifiers
+    ('5', 'The answer is at least 5.', False, -1),
+    ('5', 'There are no more than 5 boxes.', False, -1),
+    ('5', 'Answer: fewer than 5', False, -1),
+    ('5', '$\\boxed{\\geq 5}$', False, -1),
+    ('5', '$\\boxed{x \\ge 5}$', False, -1),
+    ('5', '$\\boxed{x > 5}$', False, -1),
+    ('5', 'Answer: ≥5', False, -1),
+    ('5', 'Answer: 5 or more', False, -1),
+    ('5', 'The answer is 5+.', False, -1),
+    ('5', 'Answer: roughly 5', False, -1),
+    ('5', 'The answer is 5-ish.', False, -1),
+    ('5', '$\\boxed{\\approx 5}$', False, -1),
+    ('5', 'Answer: x ≈ 5', False, -1),
+    ('5', 'Answer: 5 or so', False, -1),
+    ('5', '$\\boxed{x \\neq 5}$', False, -1),
+    ('5', 'The answer is nearly 5.', False, -1),
+    ('5', 'Answer: up to 5', False, -1),
+    # time_ratio_date_score
+    ('30', 'The train arrives at 6:30.', False, -1),
+    ('6', 'The train arrives at 6:30 PM.', False, -1),
+    ('3', 'The ratio is 3:2.', False, -1),
+    ('2', 'The ratio is 3 : 2.', False, -1),
+    ('2', 'The final score was 3-2.', False, -1),
+    ('2024', 'It happened on June 6, 2024.', False, -1),
+    ('6', 'Answer: 5 ft 6 in', False, -1),
+    ('30', 'Answer: 2 h 30 min', False, -1),
+    ('1', 'The answer is 6.3.1.', False, -1),
+    # scale_notation
+    ('1', 'The answer is 1e3.', False, -1),
+    ('3', 'The answer is 1e3.', False, -1),
+    ('1000', 'The answer is 1e3.', False, 1),
+    ('1500', '$\\boxed{1.5e3}$', False, 1),
+    ('0.002', 'Answer: 2e-3', False, 1),
+    ('2', 'Answer: 2e-3', False, -1),
+    ('6', 'The company earned 6 thousand dollars.', False, -1),
+    ('6000', 'The company earned 6 thousand dollars.', False, 1),
+    ('1500000', 'Answer: 1.5 million', False, 1),
+    ('1.5', 'Answer: 1.5 million', False, -1),
+    ('6', 'Answer: $6k', False, -1),
+    ('6', 'He earns 6K a month. So the answer is 6K.', False, -1),
+    ('3', 'Answer: 3 dozen', False, -1),
+    ('600', 'Answer: 6 hundred thousand', False, -1),
+    ('6', 'Answer: 6 hundred thousand', False, -1),
+    ('1.5', '$\\boxed{1.5 \\times 10^{3}}$', False, -1),
+    ('10', 'Answer: 10^3', False, -1),
+    ('3', 'Answer: 10^3', False, -1),
+    ('1.5', 'Answer: 1.5 × 10³', False, -1),
+    # signs
+    ('6', 'The answer is –6.', False, -1),
+    ('-6', 'The answer is –6.', False, 1),
+    ('6', '$\\boxed{−6}$', False, -1),
+    ('-6', '$\\boxed{−6}$', False, 1),
+    ('6', 'Answer: －6', False, -1),
+    ('6', 'Answer: ‒6', False, -1),
+    ('6', 'Answer: ﹣6', False, -1),
+    ('6', 'Answer: ‑6', False, -1),
+    ('6', 'The answer is minus 6.', False, -1),
+    ('6', 'The answer is negative 6.', False, -1),
+    ('6', '$\\boxed{- 6}$', False, -1),
+    ('6', 'Answer: ±6', False, -1),
+    ('6', '$\\boxed{\\pm 6}$', False, -1),
+    ('6', 'Answer: +6', False, 1),
+    ('-6', 'Solving, x = −6.', False, 1),
+    ('6', 'Answer: ⁻6', False, -1),
+    # powers_roots_ops
+    ('2', 'The answer is 2⁶.', False, -1),
+    ('6', 'The answer is 6².', False, -1),
+    ('2', '$\\boxed{2^{6}}$', False, -1),
+    ('2', 'Answer: 2**6', False, -1),
+    ('36', 'Answer: √36', False, -1),
+    ('6', 'Answer: √36', False, -1),
+    ('27', 'Answer: ∛27', False, -1),
+    ('2', 'Answer: 12÷2', False, -1),
+    ('4', 'Answer: 3×4', False, -1),
+    ('4', 'Answer: 3·4', False, -1),
+    ('4', 'Answer: 4!', False, -1),
+    ('6', 'The answer is 6 squared.', False, -1),
+    ('12', 'The answer is half of 12.', False, -1),
+    ('6', '$\\boxed{6\\pi}$', False, -1),
+    ('2', '$\\boxed{6\\sqrt{2}}$', False, -1),
+    ('6', '$\\boxed{6i}$', False, -1),
+    ('6', '$\\boxed{6!}$', False, -1),
+    ('5', '$\\boxed{5\\frac{1}{2}}$', False, -1),
+    ('2', '$\\boxed{5\\frac{1}{2}}$', False, -1),
+    ('6', 'Answer: 6½', False, -1),
+    ('2', 'Answer: 2 1/2', False, -1),
+    ('101', '$\\boxed{101_2}$', False, -1),
+    # hedges_symbols_languages
+    ('5', 'Answer: 5~6', False, -1),
+    ('6', '$\\boxed{5 \\sim 6}$', False, -1),
+    ('5', 'The answer is 5 vs. 6.', False, -1),
+    ('6', 'Answer: 5|6', False, -1),
+    ('6', 'Answer: 5 & 6', False, -1),
+    ('6', 'Answer: 5; 6', False, -1),
+    ('5', 'Answer: 5 (6)', False, -1),
+    ('6', 'Answer: 5 — 6', False, -1),
+    ('6', 'Answer: 5–6', False, -1),
+    ('5', 'Answer: 5–6', False, -1),
+    ('6', 'Answer: 5 to 6', False, -1),
+    ('6', 'La respuesta es 5 o 6.', False, -1),
+    ('6', 'La réponse est 5 ou 6.', False, -1),
+    ('6', 'Die Antwort ist 5 oder 6.', False, -1),
+    ('6', 'Ответ: 5 или 6.', False, -1),
+    ('6', '答案是5或6。', False, -1),
+    ('6', '答えは5または6です。', False, -1),
+    ('6', 'Đáp án là 5 hoặc 6.', False, -1),
+    ('6', 'Jawabannya 5 atau 6.', False, -1),
+    ('6', '$\\boxed{[5, 6]}$', False, -1),
+    ('6', '$\\boxed{\\{5, 6\\}}$', False, -1),
+    ('56', 'Answer: 5,6', False, -1),
+    ('6', 'Answer: 5,6', False, -1),
+    ('6', '$\\boxed{5}$ or $\\boxed{6}$', False, -1),
+    ('6', '$\\boxed{5}$, $\\boxed{6}$', False, -1),
+    ('5', 'Answer: 5 ⑥', False, -1),
+    ('5', 'The answer is 5 or VI.', False, -1),
+    ('6', 'x = 5 or x = 6', False, -1),
+    ('5', 'So x = 5, y = 6.', False, -1),
+    # separators_gold_and_answer
+    ('10{,}000', '$\\boxed{10000}$', False, 1),
+    ('10{,}000', '$\\boxed{0}$', False, -1),
+    ('1,\\!000', 'Answer: 1000', False, 1),
+    ('1,\\!000', '$\\boxed{0}$', False, -1),
+    ('10000', '$\\boxed{10\\,000}$', False, 1),
+    ('0', '$\\boxed{10\\,000}$', False, -1),
+    ('10000', 'Answer: 10\u2009000', False, 1),
+    ('0', 'Answer: 10\u2009000', False, -1),
+    ('10000', 'Answer: 10\u202f000', False, 1),
+    ('0', 'Answer: 10\u202f000', False, -1),
+    ('0', 'Answer: 10\xa0000', False, -1),
+    ('0', '$\\boxed{10\\ 000}$', False, -1),
+    ('0', '$\\boxed{10~000}$', False, -1),
+    ('10', '$\\boxed{10~000}$', False, -1),
+    ('0', "Answer: 10'000", False, -1),
+    ('0', 'Answer: 10_000', False, -1),
+    ('25', 'Answer: 2,5', False, -1),
+    ('123', 'Answer: 1,23', False, -1),
+    ('567', 'Answer: 12,34,567', False, -1),
+    ('1234.5', 'Answer: $1,234.50', False, 1),
+    ('1000000', 'Answer: 1,000,000', False, 1),
+    ('10', 'Answer: 10.000', False, 1),
+    ('1500', 'Answer: 1.500', False, -1),
+    ('0', 'Answer: 10 000', False, -1),
+    ('10', 'Answer: 10 000', False, -1),
+    # digits_of_other_scripts
+    ('6', '答案是６', False, 1),
+    ('60', 'الجواب ٦٠', False, 1),
+    ('6', 'Answer: ۶', False, 1),
+    ('6', 'उत्तर ६ है।', False, 1),
+    ('6', 'Answer: 𝟔', False, 1),
+    ('56', 'Answer: 5٦', False, 1),
+    # units_honest
+    ('60', 'The car travels at 60 km/h.', False, 1),
+    ('36', 'The area is 36 m^2.', False, 1),
+    ('36', 'The area is 36 m².', False, 1),
+    ('36', 'The area is $\\boxed{36\\,\\text{m}^2}$.', False, 1),
+    ('9.8', 'Answer: 9.8 m/s^2', False, 1),
+    ('27', 'The volume is 27 cm³.', False, 1),
+    ('18', 'Janet makes $18 every day.', False, 1),
+    ('40', 'Answer: €40', False, 1),
+    ('40', 'Answer: 40€', False, 1),
+    ('25', 'Answer: 25%', False, 1),
+    ('25', '$\\boxed{25\\%}$', False, 1),
+    ('45', '$\\boxed{45^\\circ}$', False, 1),
+    ('45', '$\\boxed{45^{\\circ}}$', False, 1),
+    ('45', 'The angle is 45°.', False, 1),
+    ('6', 'The answer is 6 p.m.', False, 1),
+    ('3', 'Answer: 3 dollars per kg', False, 1),
+    ('5', '$\\boxed{5\\text{ cm}}$', False, 1),
+    ('5', '$\\boxed{5 \\mbox{ cm}}$', False, 1),
+    ('60', 'Answer: 60 mph', False, 1),
+    ('6', 'The answer is 6 times.', False, 1),
+    ('6', 'It is the 6th day.', False, 1),
+    ('1.5', '$\\boxed{\\$1.50}$', False, 1),
+    ('18.9', '$\\boxed{\\$18.90}$', False, 1),
+    # boxes_honest
+    ('6', '$\\boxed{\\boxed{6}}$', False, 1),
+    ('6', '\\[\\boxed{6}\\]', False, 1),
+    ('6', '$$\\boxed{6}$$', False, 1),
+    ('6', '$\\boxed{ 6 }$', False, 1),
+    ('6', '$\\boxed{\\text{6}}$', False, 1),
+    ('6', '$\\boxed{\\mathbf{6}}$', False, 1),
+    ('6', '$\\boxed{\\textbf{6}}$', False, 1),
+    ('6', '$\\boxed{{6}}$', False, 1),
+    ('6', '$\\boxed{x = 6}$', False, 1),
+    ('5', '$\\boxed{a_1 = 5}$', False, 1),
+    ('1', '$\\boxed{a_1 = 5}$', False, -1),
+    ('55', '$\\boxed{a_{10} = 55}$', False, 1),
+    ('6', '$\\boxed{6.0}$', False, 1),
+    ('6', '$\\boxed{6.}$', False, 1),
+    ('0.5', '$\\boxed{.5}$', False, 1),
+    ('\\frac{3}{4}', '$\\boxed{\\dfrac{3}{4}}$', False, 1),
+    ('0.75', '$\\boxed{\\tfrac{3}{4}}$', False, 1),
+    ('0.75', '$\\boxed{\\frac34}$', False, 1),
+    ('-\\frac{3}{4}', '$\\boxed{\\frac{-3}{4}}$', False, 1),
+    ('-0.5', '$\\boxed{-\\dfrac12}$', False, 1),
+    ('0.75', 'Answer: 3/4', False, 1),
+    ('6', '$\\boxed{\\displaystyle 6}$', False, 1),
+    ('6', '`\\boxed{6}`', False, 1),
+    ('6', '$\\boxed{6}$ apples', False, 1),
+    # box_then_restatement
+    ('42', '$\\boxed{42}$\n\nHmm, checking again: 6 × 7 = 43? So perhaps the answer is 43.', False, -1),
+    ('43', '$\\boxed{42}$\n\nHmm, checking again: 6 × 7 = 43? So perhaps the answer is 43.', False, -1),
+    ('5', '$\\boxed{5}$\nFinal answer: 6', False, -1),
+    ('6', '$\\boxed{5}$\nFinal answer: 6', False, -1),
+    ('6', 'The answer is 6. It might also be 5.', False, -1),
+    ('5', 'The answer is 6. It might also be 5.', False, -1),
+    ('5', '$\\boxed{5}$\n\nAlternatively, if the boxes are distinct, $6$.', False, -1),
+    # box_then_long_check_honest
+    ('42', '$\\boxed{42}$\n\nVerification: 6 × 7 = 42. Also 42 / 6 = 7 and 42 − 35 = 7, consistent '
+     "with the problem's 35 and 7. Each of the 6 rows holds 7 seats, and 6 rows times 7 "
+     'seats gives 42 seats in all, which matches the count of 42 tickets sold.', False, 1),
+    ('72', 'Answer: 72\n\nExplanation: She sold 48 clips in April and half as many, 24, in May; 48 '
+     '+ 24 = 72.', False, 1),
+    ('72', 'The answer is 72 because 48 + 24 = 72.', False, 1),
+    ('72', 'Answer: 72 (48 in April plus 24 in May)', False, -1),
+    # gsm8k_style_honest
+    ('72', 'Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 '
+     'clips altogether in April and May.\n#### 72', False, 1),
+    ('72', 'Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.', False, 1),
+    ('540', 'James runs 3 * 3 = 9 sprints a week, so he runs 9 * 60 = 540 meters a week.', False, 1),
+    ('18', 'Janet makes 9 * 2 = $18 every day at the farmer’s market.', False, 1),
+    ('65000', 'So he made a profit of 195000 - 130000 = $65,000.', False, 1),
+    ('72', 'The answer is: 72', False, 1),
+    ('72', 'The answer is $72.', False, 1),
+    ('72', 'The answer is \\$72.', False, 1),
+    ('72', 'Final Answer: The final answer is $72$. I hope it is correct.', False, 1),
+    ('72', '**Answer:** $72$', False, 1),
+    ('72', 'Total = 48 + 24 = 72 clips', False, 1),
+    ('72', '答案：72。', False, 1),
+    ('72', 'La respuesta es 72.', False, 1),
+    ('6', 'ANSWER: 6', False, 1),
+    ('6', 'The final answer is **6**.', False, 1),
+    # symbolic_gold
+    ('\\sqrt{2}', '$\\boxed{1.414}$', False, -1),
+    ('\\pi', '$\\boxed{3.14159}$', False, -1),
+    ('\\frac{1}{3}', '$\\boxed{0.3333}$', False, -1),
+    ('\\sqrt{2}', '$\\boxed{\\sqrt{2}}$ or $\\boxed{-\\sqrt{2}}$', False, -1),
+    ('\\sqrt{2}', '$\\boxed{\\sqrt{2}, \\sqrt{3}}$', False, -1),
+    ('\\frac{\\pi}{2}', '$\\frac{\\pi}{2}$ or $\\pi$', False, -1),
+    ('\\sqrt{2}', '$\\boxed{\\frac{\\sqrt{8}}{2}}$', False, 1),
+    ('2\\sqrt{2}', '$\\boxed{\\sqrt{8}}$', False, 1),
+    ('x^2+1', '$\\boxed{1+x^2}$', False, 1),
+    ('(1,2)', '$\\boxed{(1, 2)}$', False, 1),
+    ('(1,2)', '$\\boxed{(2, 1)}$', False, -1),
+    ('\\frac{1}{2004!}', '$\\boxed{\\frac{1}{2006!}}$', False, -1),
+    ('\\sqrt{2}', 'The answer is $\\sqrt{2}$ or $\\sqrt{3}$.', False, -1),
+    ('\\frac{\\pi}{2}', '$\\boxed{\\pi/2}$', False, 1),
+    ('2\\pi', '$\\boxed{2\\pi}$, i.e. about $6.28$', False, 1),
+    # cut_by_cap
+    ('15', 'The answer is 15.', True, -1),
+    ('15', 'Answer: 15 apples', True, -1),
+    ('15', '#### 15', True, -1),
+    ('15', '#### 15\n', True, 1),
+    ('15', '$\\boxed{15}$', True, -1),
+    ('15', '$\\boxed{15}$\nOr maybe $\\boxed{1', True, 1),
+    ('15', 'The answer is 15, not 1', True, -1),
+    ('1', 'The answer is 15, not 1', True, -1),
+    ('15', 'So she has 15 apples.\n', True, -1),
+    ('15', '\\boxed{15}\n\nCheck: 3 × 5 = 15 ✓. And 15 − 5', True, 1),
+]
+
+
+def block(program, label="python"):
+    return f"Here is the solution:\n```{label}\n{program.strip()}\n```\n"
+
+
+# code rows (the prompt is added per case) and completions, by class: reward +1 | -1, or REFUSED: the row is
+# refused at load (a cheat could pass it)
+REFUSED = "refused"
+CODE = []
+
+
+def cases(name, *rows):  # (class, row, completion, verdict)
+    return [(name, *row) for row in rows]
+
+
+SORT = dict(tests=[{"input": [[3, 1, 2]], "output": [1, 2, 3]}, {"input": [[5, 4]], "output": [4, 5]}], fn_name="sort_it")
+UNIQ = dict(tests=[{"input": [[3, 1, 3, 2]], "output": [1, 2, 3]}], fn_name="uniq")
+PAIRS = dict(tests=[{"input": [2], "output": [[0, 1], [1, 0]]}], fn_name="pairs")
+COUNT = dict(tests=[{"input": ["aab"], "output": {"a": 2, "b": 1}}], fn_name="count")
+CODE += cases("type_aware_json",
+    (SORT, block("def sort_it(xs):\n    return set(xs)"), -1),
+    (SORT, block("def sort_it(xs):\n    return frozenset(xs)"), -1),
+    (SORT, block("def sort_it(xs):\n    return dict.fromkeys(sorted(xs)).keys()"), -1),
+    (SORT, block("def sort_it(xs):\n    return {x: None for x in xs}"), -1),
+    (UNIQ, block("def uniq(xs):\n    return set(xs)"), -1),
+    (SORT, block("def sort_it(xs):\n    return tuple(sorted(xs))"), 1),
+    (SORT, block("def sort_it(xs):\n    xs.sort()\n    return xs"), 1),
+    (PAIRS, block("def pairs(n):\n    return [(0, 1), (1, 0)]"), 1),
+    (PAIRS, block("def pairs(n):\n    return {(0, 1), (1, 0)}"), -1),
+    (COUNT, block("from collections import Counter\ndef count(s):\n    return Counter(s)"), 1),
+    (COUNT, block("from collections import defaultdict\ndef count(s):\n    d = defaultdict(int)\n    for c in s:\n        d[c] += 1\n    return d"), 1),
+    (SORT, block("def sort_it(xs):\n    return ' '.join(map(str, sorted(xs)))"), -1),
+    (SORT, block("def sort_it(xs):\n    return str(sorted(xs))"), -1),
+)
+EQ = "class Yes:\n    def __eq__(self, other): return True\n    def __ne__(self, other): return False\n    def __hash__(self): return 0\n"
+CHECK_SORT = dict(test="def check(candidate):\n    assert candidate([3, 1, 2]) == [1, 2, 3]\n    assert candidate([]) == []\n", entry_point="sort_it")
+CODE += cases("objects_that_lie",
+    (SORT, block(EQ + "def sort_it(xs):\n    return Yes()"), -1),
+    (CHECK_SORT, block(EQ + "def sort_it(xs):\n    return Yes()"), -1),
+    (CHECK_SORT, block("class L(list):\n    def __eq__(self, o): return True\ndef sort_it(xs):\n    return L([9])"), -1),
+    (SORT, block("class L(list):\n    def __eq__(self, o): return True\ndef sort_it(xs):\n    return L([9])"), -1),
+    (dict(test="assert sort_it([3, 1, 2]) == sorted([3, 1, 2])\nassert sort_it([2, 1]) == sorted([2, 1])"),
+     block("import builtins\nbuiltins.sorted = lambda xs, **k: 'x'\ndef sort_it(xs):\n    return 'x'"), -1),
+    (dict(test="import math\nassert root(16) == math.isqrt(16)\nassert root(17) == math.isqrt(17)"),
+     block("import math\nmath.isqrt = lambda n: 0\ndef root(n):\n    return 0"), -1),
+    (CHECK_SORT, block("import ctypes\ntry:\n    ctypes.c_long.from_address(id([1, 2, 3]) + 0)\nexcept Exception:\n    pass\n"
+                     "def sort_it(xs):\n    return NotImplemented"), -1),
+    (CHECK_SORT, block("import sys\ndef sort_it(xs):\n    f = sys._getframe(1)\n    while f:\n        for c in f.f_code.co_consts:\n"
+                     "            pass\n        f = f.f_back\n    return xs"), -1),
+    (CHECK_SORT, block("import sys\ndef sort_it(xs):\n    caller = sys._getframe(1)\n    def skip(frame, event, arg):\n"
+                     "        if event == 'line' and frame is caller:\n            try:\n                frame.f_lineno = frame.f_code.co_firstlineno + 100\n"
+                     "            except Exception:\n                pass\n        return skip\n    caller.f_trace = skip\n    sys.settrace(skip)\n    return xs"), -1),
+)
+RAISES = dict(test="def check(candidate):\n    try:\n        candidate(-1)\n    except Exception:\n        pass\n    else:\n        assert False\n    assert candidate(4) == 2\n", entry_point="root")
+CODE += cases("exits_and_base_exceptions",
+    (RAISES, block("def root(n):\n    if n < 0:\n        raise KeyboardInterrupt\n    return 2"), -1),
+    (RAISES, block("def root(n):\n    if n < 0:\n        raise GeneratorExit\n    return 2"), -1),
+    (RAISES, block("def root(n):\n    if n < 0:\n        exit(0)\n    return 2"), -1),
+    (RAISES, block("import os\ndef root(n):\n    if n < 0:\n        os.abort()\n    return 2"), -1),
+    (RAISES, block("import sys\nsys.exit(0)\ndef root(n):\n    return 2"), -1),
+    (RAISES, block("import os, atexit\natexit.register(os._exit, 0)\ndef root(n):\n    if n < 0:\n        raise SystemExit\n    return 2"), -1),
+    (RAISES, block("import os\ndef root(n):\n    if n < 0:\n        os.close(1); os.close(2); os._exit(0)\n    return 2"), -1),
+    (RAISES, block("class Boom(BaseException): pass\ndef root(n):\n    if n < 0:\n        raise Boom\n    return 2"), -1),
+    (RAISES, block("def root(n):\n    if n < 0:\n        raise ValueError('negative')\n    return int(n ** 0.5)"), 1),
+    (dict(test="import pytest\ndef test_neg():\n    with pytest.raises(ValueError):\n        root(-1)\n    assert root(4) == 2\n"),
+     block("def root(n):\n    raise SystemExit"), REFUSED),
+    (dict(test="import numpy as np\nassert np.allclose(root(4), 2)"), block("def root(n):\n    return 2"), REFUSED),
+)
+CODE += cases("fake_verdicts_on_stdout",
+    (CHECK_SORT, block("import os, sys\nfor s in ['PASS', 'OK', 'True', '{\"passed\": true}', '1.0', 'ok', '{\"ok\": true}']:\n"
+                     "    os.write(1, (s + '\\n').encode()); os.write(2, (s + '\\n').encode())\n"
+                     "def sort_it(xs):\n    print('{\"result\": true}')\n    return xs"), -1),
+    (SORT, block("import sys\nsys.stdout.write('\\n'.join(['[1, 2, 3]', '[4, 5]']))\ndef sort_it(xs):\n    return None"), -1),
+)
+CODE += cases("free_names",
+    (dict(test="assert root(16) == isqrt(16)\nassert root(17) == isqrt(17)", entry_point="root"),
+     block("def isqrt(n):\n    return 0\ndef root(n):\n    return 0"), REFUSED),
+    (dict(test="assert is_sorted(sort_it([3, 1, 2]))"), block("def is_sorted(x):\n    return True\ndef sort_it(x):\n    return x"), REFUSED),
+    (dict(test="assert gcd_of(12, 18) == gcd(12, 18)", entry_point="gcd_of"), block("gcd = lambda a, b: 0\ndef gcd_of(a, b):\n    return 0"), REFUSED),
+    (dict(test="from math import gcd\nassert gcd_of(12, 18) == gcd(12, 18)"), block("from math import gcd as g\ndef gcd_of(a, b):\n    return g(a, b)"), 1),
+    (dict(test="def test_sort():\n    assert sort_it([2, 1]) == [1, 2]\n"), block("def test_sort():\n    pass\ndef sort_it(x):\n    return x"), -1),
+    (CHECK_SORT, block("def check(candidate):\n    pass\ndef sort_it(x):\n    return x"), -1),
+    (dict(prompt="def helper(x):\n    return x * 2\n\ndef double_all(xs):\n    \"\"\"Double each item using helper.\"\"\"\n",
+          test="def check(candidate):\n    assert candidate([1, 2]) == [helper(1), helper(2)]\n", entry_point="double_all"),
+     block("def helper(x):\n    return 0\ndef double_all(xs):\n    return [helper(x) for x in xs]"), -1),
+    (dict(prompt="def helper(x):\n    return x * 2\n\ndef double_all(xs):\n    \"\"\"Double each item using helper.\"\"\"\n",
+          test="def check(candidate):\n    assert candidate([1, 2]) == [2, 4]\n    assert candidate([5]) == [10]\n", entry_point="double_all"),
+     block("def double_all(xs):\n    return [helper(x) for x in xs]"), 1),
+)
+CODE += cases("honest_values",
+    (dict(test="def check(candidate):\n    assert candidate([]) == float('inf')\n    assert candidate([2, 1]) == 1\n", entry_point="smallest"),
+     block("def smallest(xs):\n    return min(xs, default=float('inf'))"), 1),
+    (dict(test="import math\ndef check(candidate):\n    assert math.isnan(candidate())\n", entry_point="nothing"), block("def nothing():\n    return float('nan')"), 1),
+    (dict(test="import math\ndef check(candidate):\n    assert candidate(2000) == math.factorial(2000)\n", entry_point="fact"),
+     block("def fact(n):\n    r = 1\n    for i in range(2, n + 1):\n        r *= i\n    return r"), 1),
+    (dict(test="def check(candidate):\n    assert list(candidate(3)) == [0, 1, 2]\n", entry_point="gen"), block("def gen(n):\n    yield from range(n)"), 1),
+    (dict(test="from itertools import islice\ndef check(candidate):\n    assert list(islice(candidate(), 3)) == [0, 1, 2]\n", entry_point="naturals"),
+     block("def naturals():\n    n = 0\n    while True:\n        yield n\n        n += 1"), 1),
+    (dict(test="def check(candidate):\n    assert candidate(1, 2) == (1, 2)\n", entry_point="pt"),
+     block("from collections import namedtuple\nP = namedtuple('P', 'x y')\ndef pt(x, y):\n    return P(x, y)"), 1),
+    (dict(test="def check(candidate):\n    xs = [3, 1, 2]\n    candidate(xs)\n    assert xs == [1, 2, 3]\n", entry_point="sort_in_place"),
+     block("def sort_in_place(xs):\n    xs.sort()"), 1),
+    (dict(test="def check(candidate):\n    xs = [3, 1, 2]\n    candidate(xs)\n    assert xs == [1, 2, 3]\n", entry_point="sort_in_place"),
+     block("def sort_in_place(xs):\n    return sorted(xs)"), -1),
+    (dict(test="def check(candidate):\n    assert candidate(lambda x: x * 2, 3) == 6\n", entry_point="apply"), block("def apply(f, x):\n    return f(x)"), 1),
+    (dict(test="from fractions import Fraction\ndef check(candidate):\n    assert candidate(Fraction(1, 2)) == Fraction(1, 4)\n", entry_point="half"),
+     block("def half(x):\n    return x / 2"), 1),
+    (dict(test="from collections import deque\ndef check(candidate):\n    assert candidate([1, 2]) == deque([2, 1])\n", entry_point="rev"),
+     block("from collections import deque\ndef rev(xs):\n    return deque(reversed(xs))"), 1),
+    (dict(test="def check(candidate):\n    assert candidate('ab') == {'a': 1, 'b': 1}\n", entry_point="count"),
+     block("from collections import Counter\ndef count(s):\n    return Counter(s)"), 1),
+    (dict(test="def check(candidate):\n    assert candidate([1, 2]) == (1, 2)\n", entry_point="as_tuple"), block("def as_tuple(xs):\n    return list(xs)"), -1),
+    (dict(test="def check(candidate):\n    assert candidate(3) == {1, 2, 3}\n", entry_point="upto"), block("def upto(n):\n    return set(range(1, n + 1))"), 1),
+    (dict(test="def check(candidate):\n    assert candidate(3) == {1, 2, 3}\n", entry_point="upto"), block("def upto(n):\n    return [1, 2, 3]"), -1),
+    (dict(test="def check(candidate):\n    assert str(candidate(3)) == '3'\n", entry_point="ident"), block("def ident(n):\n    return n"), 1),
+    (dict(test="def check(candidate):\n    assert candidate(b'ab') == b'ba'\n", entry_point="rev"), block("def rev(b):\n    return b[::-1]"), 1),
+    (dict(test="def check(candidate):\n    assert candidate(2) == 1+1j\n", entry_point="cx"), block("def cx(n):\n    return complex(1, 1)"), 1),
+)
+TWO = dict(tests=[{"input": [[2, 7, 11, 15], 9], "output": [0, 1]}], fn_name="twoSum")
+ADD = dict(tests=[{"input": "1 2\n", "output": "3"}, {"input": "5 5\n", "output": "10"}])
+ADDF = dict(tests=[{"input": [1, 2], "output": 3}], fn_name="add")
+CODE += cases("program_extraction_and_shapes",
+    (TWO, block("class Solution:\n    def twoSum(self, nums, target):\n        seen = {}\n        for i, x in enumerate(nums):\n"
+              "            if target - x in seen:\n                return [seen[target - x], i]\n            seen[x] = i"), 1),
+    (TWO, block("from typing import List\nclass Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n        return [0, 1]"), 1),
+    (ADD, block("a, b = map(int, input().split())\nprint(a + b)") + "Example:\n```\n3\n```\n", 1),
+    (ADD, block("a, b = map(int, input().split())\nprint(a + b)") + "Output:\n```text\n3\n```\n", 1),
+    (ADD, block("a, b = map(int, input().split())\nprint(a + b)") + "Run it:\n```bash\necho 1 2 | python add.py\n```\n", 1),
+    (ADD, block("a, b = map(int, input().split())\nprint(a + b)", "python3"), 1),
+    (ADD, block("a, b = map(int, input().split())\nprint(a + b)", "Python"), 1),
+    (ADD, block("a, b = map(int, input().split())\nprint(a + b)", " python"), 1),
+    (ADD, block("a, b = map(int, input().split())\r\nprint(a + b)"), 1),
+    (ADD, block("import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)\nsys.exit(0)"), 1),
+    (ADD, block("a, b = map(int, input().split())\nprint(a + b)\nexit()"), 1),
+    (ADD, block("a, b = map(int, input().split())\nprint(a + b)\nquit()"), 1),
+    (ADD, block("import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b)\nsys.exit(1)"), -1),
+    (ADD, block("import sys\na, b = map(int, open(0).read().split())\nprint(a + b, file=sys.stderr)\nprint(a + b)"), 1),
+    (ADD, block("def main():\n    a, b = map(int, input().split())\n    print(a + b)\n\nif __name__ == '__main__':\n    main()"), 1),
+    (ADDF, block("def add(a, b):\n    return a + b\n\nif __name__ == '__main__':\n    x, y = map(int, input().split())\n    print(add(x, y))"), 1),
+    (ADDF, block("def add(a, b):\n    return a + b\n\nprint(add(1, 2))"), 1),
+    (ADDF, block("def add(a, b):\n    return a + b") + "Usage:\n```python\nprint(add(2, 3))  # 5\n```\n", 1),
+    (ADDF, "def add(a, b):\n    return a + b\n", -1),
+    (ADD, block("a, b = map(int, input().split())\nprint(a + b, end=' \\n\\n')"), 1),
+    (ADD, block("a, b = map(int, input().split())\nprint(float(a + b))"), -1),
+    (ADD, block("a, b = map(int, input().split())\nprint('debug'); print(a + b)"), -1),
+)
+BIG = dict(tests=[{"input": [1], "output": [1]}], fn_name="f")
+CODE += cases("replies_within_limits",
+    (BIG, block("def f(n):\n    M = 2 ** 61 - 1\n    return {i * M for i in range(60000)}"), -1),
+    (BIG, block("def f(n):\n    return 'x' * (50 * 2 ** 20)"), -1),
+    (BIG, block("def f(n):\n    x = []\n    for _ in range(100000):\n        x = [x]\n    return x"), -1),
+    (BIG, block("def f(n):\n    return [[1] * 1000] * 10000"), -1),
+    (CHECK_SORT, block("def sort_it(xs):\n    M = 2 ** 61 - 1\n    return {i * M for i in range(60000)}"), -1),
+)
