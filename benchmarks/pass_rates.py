@@ -48,7 +48,8 @@ if __name__ == "__main__":
         seconds = time.time() - started
         completions = [(task.val_prompts[g.prompt_id], c) for g in groups for c in g.completions]
         texts = [data.decode(task, c.token_ids) for _, c in completions]
-        passed = np.array(rewards.score([(p, t) for (p, _), t in zip(completions, texts)])).reshape(len(groups), -1) > 0
+        passed = np.array(rewards.score([(p, t, c.finish_reason == "truncated")  # as train.py scores them
+                                         for (p, c), t in zip(completions, texts)])).reshape(len(groups), -1) > 0
         print(f"{data_path}: {len(groups)} prompts x {train.eval_samples} | pass@1 {passed.mean():.3f} | "
               f"pass@{train.eval_samples} {passed.any(1).mean():.3f} | groups with signal "
               f"{(passed.any(1) & ~passed.all(1)).mean():.2f} | {np.mean([len(c.token_ids) for _, c in completions]):.0f} "
