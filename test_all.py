@@ -3002,10 +3002,11 @@ def test_a_stop_signal_in_one_process_checkpoints_the_steps_done_and_the_resume_
 
 
 # torchrun passes the signal on to every rank (each its own process group); the master acts on it and tells the
-# others over the control group (its "stop", with the exit code); torchrun gives them 30 s before a SIGKILL
-LAYOUTS = [(3, 1, "training"), (3, 1, "checkpoint"), (3, 1, "sampling"), (2, 0, "training")]
-LAYOUT_IDS = ["2fsdp+1sampler-training", "2fsdp+1sampler-checkpoint", "2fsdp+1sampler-sampling",
-              "2data-parallel-training"]
+# others over the control group (its "stop", with the exit code); torchrun gives them 30 s before a SIGKILL.
+# Every moment is tried in one process (above); under torchrun, a moment of each kind of rank: the master
+# sampling from a sampler rank, writing a checkpoint of sharded weights, and data-parallel ranks training
+LAYOUTS = [(3, 1, "checkpoint"), (3, 1, "sampling"), (2, 0, "training")]
+LAYOUT_IDS = ["2fsdp+1sampler-checkpoint", "2fsdp+1sampler-sampling", "2data-parallel-training"]
 
 
 @pytest.mark.slow
@@ -4622,7 +4623,7 @@ def test_a_decoder_layer_saves_about_8h_5i_2kv_values_a_token_for_its_backward(t
 
 @pytest.mark.slow
 def test_the_plan_is_what_fsdp2_holds_for_qwen3_8b_on_fake_tensors(tmp_path):
-    results = memory_check(tmp_path, "--fake", "--fake_layouts=2:every,2:no-sync,4:every")["fake"]
+    results = memory_check(tmp_path, "--fake", "--fake_layouts=2:every,2:no-sync")["fake"]
     n = memory.shape_of(QWEN3_8B_SHAPE).params
     for r in results:
         off = [row[:4] for row in r["rows"] if not row[4]]
