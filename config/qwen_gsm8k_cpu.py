@@ -32,4 +32,4 @@ eval_interval = 5
 ckpt_interval = 10              # a checkpoint (~7.5 GB with AdamW) costs seconds; one is also written at
                                 # the end
 max_steps = 100
-max_minutes = 50.0              # the budget ends at ~50 minutes; the last validation follows: ~55-58 in all
+max_minutes = 48.0              # the budget ends at ~48 minutes; the last validation follows: ~55-58 in all
