@@ -62,10 +62,12 @@ class Rollouts:
         self.finished = {}            # ticket -> Group, finished and waiting for its step
         self.next_ticket = 0
         self.exhausted = False        # the curriculum has retired every prompt
+        self.version = 0              # the policy version of the last hand-out
 
     def hand_out(self, samplers, version, room):
         """New groups for the samplers:
         as many as the rule allows, and at most `room` (their queue)."""
+        self.version = version  # the rule may read it (a group handed out at v0 lags version - v0)
         for _ in range(OFF_POLICY[self.mode][0](self, room)):
             index = self.requeue.pop(0) if self.requeue else self.curriculum.next()
             if index is None:
