@@ -7,6 +7,7 @@ the first (the pipeline's fill and the first validation are not its steady state
 
     python benchmarks/soak.py config/qwen_gsm8k_cpu.py --out_dir=/root/runs/soak --max_minutes=55
 
+A run stopped by SIGTERM to train.py (exit 75: checkpointed) is measured as one that finished.
 Writes out_dir/soak.jsonl (one row a sample: seconds, resident GiB of the tree, the step in progress: the
 log's last + 1) and prints, per step: its time and the tree's peak during it (its validation included).
 """
@@ -88,7 +89,7 @@ if __name__ == "__main__":
                 print(f"soak: step {step}: {step_time:.0f} s, the tree's peak {peak:.2f} GiB", flush=True)
             printed = len(steps)
     steps = read_steps(log_path)
-    if run.returncode or len(steps) < 3:
+    if run.returncode not in (0, 75) or len(steps) < 3:  # 75: stopped by a signal, resumable (train.py)
         sys.exit(f"benchmarks/soak.py: train.py exited {run.returncode} after {len(steps)} steps: "
                  "too few to fit a growth")
     first_end = steps[0][1]
