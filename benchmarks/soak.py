@@ -1,17 +1,18 @@
 """
 Benchmark (not a test): a long run's memory and step time, sampled as it goes (issue 44). Runs train.py with
-the arguments given (or, with --attach=PID, watches a run started otherwise), samples the memory of its whole
-process tree (the trainer, the sandbox's and math-verify's workers, sampler ranks) every --every seconds as
-PSS (a page shared by n processes counts 1/n in each: summed RSS counts the trainer's pages again in every
-forked worker) and reads each step's time from the run's log.jsonl; at the end prints the growth per hour of
-both, fitted by least squares over the steps after the first (the pipeline's fill is not its steady state):
+the arguments given (or, with --attach=PID, watches a run started otherwise), samples the resident memory of
+its whole process tree (the trainer, the sandbox's and math-verify's workers, sampler ranks; not a fork of the
+trainer before its exec) every --every seconds and reads each step's time from the run's log.jsonl; at the end
+prints the growth per hour of both, fitted by least squares over the steps after the first (the pipeline's
+fill is not its steady state):
 
     python benchmarks/soak.py config/qwen_gsm8k_cpu.py --out_dir=/root/runs/soak --max_minutes=55
     python benchmarks/soak.py --attach=12345 --out_dir=/root/runs/soak --every=10
 
 A run stopped by SIGTERM to train.py (exit 75: checkpointed) is measured as one that finished.
 Writes out_dir/soak.jsonl (soak-PID.jsonl when attached; one row a sample: seconds, GiB of the tree, the step
-in progress: the log's last + 1) and prints, per step: its time and the tree's peak during it (its validation included).
+in progress: the log's last + 1) and prints, per step: its time and the tree's peak during it (its
+validation included).
 """
 import json
 import os
@@ -23,14 +24,17 @@ import numpy as np
 
 
 def tree_memory(pid):
-    """Proportional resident bytes (PSS: a page shared by n processes counts 1/n in each, so forked workers
-    do not count the trainer's pages again) of a process and all its descendants (Linux /proc)."""
-    children, total = {}, 0
+    """Resident bytes of a process and its descendants (Linux /proc). A child forked and not yet exec'd
+    (the sandbox forks the trainer for every program) shares the trainer's pages: it is left out, or a
+    15 GiB trainer would count twice at every fork."""
+    children, cmdline, total = {}, {}, 0
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as f:
                     parent = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmdline[int(entry)] = f.read()
                 children.setdefault(parent, []).append(int(entry))
             except (OSError, IndexError, ValueError):
                 pass
@@ -38,10 +42,12 @@ def tree_memory(pid):
     while todo:
         p = todo.pop()
         todo += children.get(p, [])
+        if p != pid and cmdline.get(p) == cmdline.get(pid):
+            continue  # a fork of the trainer on its way to an exec
         try:
-            with open(f"/proc/{p}/smaps_rollup") as f:
-                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:")) * 1024
-        except (OSError, IndexError, ValueError, StopIteration):
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError, ValueError):
             pass  # gone meanwhile
     return total
 
@@ -91,7 +97,7 @@ if __name__ == "__main__":
             steps = read_steps(log_path) if os.path.exists(log_path) else []
             running = steps[-1][0] + 1 if steps else 1
             samples.append((time.time() - start, tree_memory(pid) / 2 ** 30, running))
-            soak.write(json.dumps(dict(zip(("seconds", "pss_gib", "step"), samples[-1]))) + "\n")
+            soak.write(json.dumps(dict(zip(("seconds", "rss_gib", "step"), samples[-1]))) + "\n")
             soak.flush()
             for step, t, step_time in steps[printed:]:
                 peak = max((r for _, r, s in samples if s == step), default=float("nan"))
@@ -110,7 +116,7 @@ if __name__ == "__main__":
     end_slope, end_mean = per_hour(*zip(*peaks))
     time_slope, time_mean = per_hour([t for _, t, _ in steps[1:]], [st for _, _, st in steps[1:]])
     print(f"soak: {len(steps)} steps in {(time.time() - start) / 60:.1f} minutes; after step {steps[0][0]}:")
-    print(f"  memory of the tree (PSS), every {every:.0f} s: mean {rss_mean:.2f} GiB, "
+    print(f"  resident memory of the tree, every {every:.0f} s: mean {rss_mean:.2f} GiB, "
           f"{rss_slope:+.3f} GiB an hour ({rss_slope / rss_mean:+.1%} an hour)")
     print(f"  ... its peak within each step: mean {end_mean:.2f} GiB, {end_slope:+.3f} GiB an hour "
           f"({end_slope / end_mean:+.1%} an hour)")
