@@ -596,6 +596,8 @@ if __name__ == "__main__":
             rollouts.hand_out(samplers, step, room)
             generated += samplers.step()
             rollouts.collect(samplers.pop_finished())
+            if stop.name is not None and not dp:  # a stop meanwhile (in a validation or this engine
+                continue  # step): no step begins; the top checkpoints, its groups go out again on resume
             batch = rollouts.ready_batch(step)
             if batch is None:  # every prompt retired (No-Positive-Resampling),
                                # none decoding: stop (below)
