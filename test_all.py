@@ -1621,15 +1621,7 @@ def test_a_math_and_a_code_prompt_in_one_batch_get_the_right_rewards(tok):
 # that KINDS holds: what they check of every kind is read from it.
 
 
-class Chars:
-    """A tokenizer's stand-in for data.split_task: a token per character, no chat template."""
-    chat_template, eos_token_id = None, 0
-
-    def encode(self, text, add_special_tokens=True):
-        return [ord(c) for c in text]
-
-    def decode(self, ids):
-        return "".join(map(chr, ids))
+from tests.judge_cases import Chars  # noqa: E402  (a tokenizer's stand-in: a token per character)
 
 
 def write_kind_rows(tmp_path, name, rows):
