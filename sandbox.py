@@ -3,6 +3,7 @@ The program is an adversary: fork bombs, huge outputs, reading the answers, forg
 
     python benchmarks/sandbox.py    # the isolation in effect here, and programs per second through the pool
 """
+import ast
 import atexit
 import ctypes
 import fcntl
@@ -35,8 +36,9 @@ WORKERS = os.cpu_count() or 2
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 # -----------------------------------------------------------------------------
-# entering the sandbox: runs in the child between fork and exec (no imports, no locks: the libc
-# functions are looked up here)
+# entering the sandbox: a fresh interpreter (_START) enters it, then execs the program. The trainer is
+# never forked: a fork write-protects all its pages (a 15 GiB trainer's fork and the first write to each
+# page after it cost more than the program), and vfork, which does not, runs nothing before the exec
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _mount, _umount2, _unshare = _libc.mount, _libc.umount2, _libc.unshare
@@ -102,6 +104,19 @@ def _write(path, data):
         f.write(data)
 
 
+_START = "import sys; sys.path.append(sys.argv[1]); import sandbox; sandbox._start(*sys.argv[2:])"
+
+
+def _start(spec, *args):
+    """_START's: enters the sandbox as `spec` says, then execs `python -I -S -B *args`; or exits 126."""
+    _enter(*ast.literal_eval(spec))
+    try:
+        os.execv(sys.executable, [sys.executable, "-I", "-S", "-B", *args])
+    except OSError as e:
+        os.write(2, f"sandbox: {e}\n".encode())
+        os._exit(126)
+
+
 def _enter(uid, cgroup, root, plan, cpu_seconds, nproc):
     """oom_score_adj, cgroup, namespaces and root (full), uid, no_new_privs, seccomp, rlimits; or exit 126."""
     try:
@@ -119,7 +134,7 @@ def _enter(uid, cgroup, root, plan, cpu_seconds, nproc):
         _check(_prctl(38, *_ONE), "no_new_privs")  # PR_SET_NO_NEW_PRIVS
         # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
         _check(_prctl(22, ctypes.c_ulong(2), _SECCOMP[1]) if _SECCOMP else 0, "seccomp")
-        # AS last: a big parent's child allocates nothing after it
+        # AS last
         limits = dict(CPU=cpu_seconds, FSIZE=FILE_SIZE, NOFILE=OPEN_FILES, NPROC=nproc, CORE=0, AS=MEMORY)
         for name, value in limits.items():
             resource.setrlimit(getattr(resource, "RLIMIT_" + name), (value, value))
@@ -303,10 +318,12 @@ class Sandboxed(Pipes, AbstractContextManager):
             root = (os.fsencode(self.run_dir), _root_plan(python)) if self.full else (None, None)
             # not root, the program runs as us, and RLIMIT_NPROC counts all our tasks
             nproc = PROCESSES if uid >= 0 else _tasks_of(os.getuid()) + PROCESSES
+            spec = repr((uid, cgroup, *root, int(timeout) + 1, nproc))
+            here = os.path.dirname(os.path.abspath(__file__))
             self.proc = subprocess.Popen(
-                [python, "-I", "-S", "-B", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, cwd=self.run_dir, env=ENV, umask=0o022, start_new_session=True,
-                preexec_fn=partial(_enter, uid, cgroup, *root, int(timeout) + 1, nproc))
+                [python, "-I", "-S", "-c", _START, here, spec, *args], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=self.run_dir, env=ENV, umask=0o022,
+                start_new_session=True)
         except BaseException:  # nothing started
             shutil.rmtree(self.run_dir, ignore_errors=True)
             raise

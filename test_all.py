@@ -3455,6 +3455,25 @@ def test_isolation_reports_an_unprivileged_user_no_network_and_the_limits():
     assert "address space 1024 MiB" in report["limits"] and report["environment"] == "LANG, PATH"
 
 
+def test_a_program_is_started_without_forking_the_trainer():
+    # a fork write-protects every page of the process forked: its next write to each one faults. A trainer
+    # holds 15 GiB, so its programs must start from a fresh interpreter (vfork, then exec)
+    import mmap
+    import resource
+    faults = lambda: resource.getrusage(resource.RUSAGE_THREAD).ru_minflt  # noqa: E731
+    pages = 16384
+    with mmap.mmap(-1, pages * mmap.PAGESIZE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS) as held:
+        held.madvise(mmap.MADV_NOHUGEPAGE)  # one fault a page, not one a huge page
+        ballast = np.frombuffer(held, np.uint8)
+        for run in range(3):  # once held and written (0), then after a program (1, 2)
+            if run:
+                assert sandbox.run(["-c", "print(3)"], timeout=FINISHES).stdout == b"3\n"
+            before = faults()
+            ballast[::mmap.PAGESIZE] += 1
+            assert (faults() - before >= pages) == (run == 0), run
+        del ballast
+
+
 @pytest.mark.slow
 def test_an_infinite_loop_is_killed_at_the_deadline():
     fails_in_time("while True:\n    pass")

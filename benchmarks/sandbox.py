@@ -3,11 +3,19 @@ Benchmark (not a test): the isolation sandbox.py achieves on this machine, and p
 its pool (a third each stdin/stdout, call-style and assert-style tests; every program correct):
 
     python benchmarks/sandbox.py
+    python benchmarks/sandbox.py --ballast=8    # beside a trainer-sized process: GiB held and written
+
+With --ballast, a numpy array that size is held and written page by page in a thread while the programs run, as
+a trainer decodes while its validation's programs are judged; its pages written per second are printed with and
+without the programs beside, the figure a fork of the trainer for every program (copy-on-write) slows.
 """
 
 import os
 import sys
+import threading
 import time
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402
@@ -36,10 +44,31 @@ def bench(n=120):
                 processes_per_s=n * 4 / 3 / seconds, workers=sandbox.WORKERS)
 
 
+def writing(ballast, done):
+    """Pages of `ballast` written per second until done() by one thread (numpy releases the GIL)."""
+    pages, started = 0, time.perf_counter()
+    while not done():
+        ballast[::4096] += 1
+        pages += len(ballast) // 4096
+    return pages / (time.perf_counter() - started)
+
+
 if __name__ == "__main__":
-    n = configurator.configure(dict(n=120), sys.argv[1:], "benchmarks/sandbox.py", dict(n=1))["n"]
+    c = configurator.configure(dict(n=120, ballast=0.0), sys.argv[1:], "benchmarks/sandbox.py", dict(n=1))
+    n = c["n"]
     for key, value in sandbox.isolation().items():
         print(f"{key:>12}: {value}")
+    if c["ballast"]:
+        ballast = np.ones(int(c["ballast"] * (1 << 30)), dtype=np.uint8)  # touched: resident
+        end = time.perf_counter() + 10
+        alone, rate, stop = writing(ballast, lambda: time.perf_counter() > end), [], threading.Event()
+        writer = threading.Thread(target=lambda: rate.append(writing(ballast, stop.is_set)))
+        writer.start()
+        b = bench(n)
+        stop.set()
+        writer.join()
+        print(f"{c['ballast']:g} GiB ballast: {alone:.3g} pages/s written alone, {rate[0]:.3g} beside the "
+              f"programs ({rate[0] / alone:.2f}x);\n  the programs: {b['programs_per_s']:.1f}/s beside it")
     b = bench(n)
     print(f"{b['programs']} programs ({b['passed']} passed) in {b['seconds']:.1f} s with {b['workers']} workers: "
           f"{b['programs_per_s']:.1f} programs/s, {b['processes_per_s']:.1f} sandboxed processes/s")
