@@ -28,7 +28,7 @@ def shape_of(config):
     # a decoder layer: q and o, k and v, the MLP, two norms
     layer = H * heads * head_dim * 2 + H * kv_dim * 2 + 3 * H * I + 2 * H
     # the parameters: the layers, the embeddings and the head (one matrix when tied), the final norm
-    return Shape(H, L, I, V, kv_dim, tied, L * layer + V * H * (1 if tied else 2) + H)
+    return Shape(H, L, I, V, kv_dim, tied, L * layer + V * H * (2 - tied) + H)
 
 
 def total(terms):
@@ -42,8 +42,10 @@ def trainer_phases(shape, trainers, sharded, dtype_bytes, tokens, checkpoint, sy
     d = dtype_bytes
     T = trainers if sharded else 1
     more = "more trainer ranks (fewer --n_samplers, or more GPUs)"
-    head = V * H  # the LM head's weight, the embedding's too when tied
-    root = head * (1 if tied else 2) + H  # FSDP2's root unit: embeddings, final norm, head
+    # the LM head's weight (the embedding's too when tied); FSDP2's root unit: the embeddings, the
+    # final norm, the head
+    head = V * H
+    root = head * (2 - tied) + H
     layer = (N - root) / L
     # fp32 and split over the trainers: parameters, gradients, AdamW's moments (and in its foreach
     # step a temporary), under the names torch's FSDPMemTracker files them
@@ -54,15 +56,16 @@ def trainer_phases(shape, trainers, sharded, dtype_bytes, tokens, checkpoint, sy
     held = [params, no_sync if sharded and not sync_every else grads, ("OptState", 8 * N / T, more)]
     step = [params, grads,
             ("OptState (moments + foreach's temporary, at AdamW's step)", 12 * N / T, more)]
-    if not sharded and d < 4:  # one process in bf16: policy.compute_copy (and its gradients)
-        held.append(("bf16 compute copy and its gradients", 2 * d * N,
-                     "FSDP2 (separate sampler ranks)"))
-        step.append(("bf16 compute copy", d * N, "FSDP2 (separate sampler ranks)"))
+    # one process in bf16: policy.compute_copy (and its gradients)
+    if not sharded and d < 4:
+        fsdp2 = "FSDP2 (separate sampler ranks)"
+        held.append(("bf16 compute copy and its gradients", 2 * d * N, fsdp2))
+        step.append(("bf16 compute copy", d * N, fsdp2))
 
     # a micro-batch's backward after the first (the earlier ones' gradients held). Saved for it:
     # each layer's input (checkpointing) or its values (SDPA: no T x T), and the final norm's
     per_layer = (8 * H + 5 * I + 2 * kv_dim) * d
-    saved = tokens * ((L * H * d if checkpoint else L * per_layer) + (2 * d + 4) * H)
+    saved = tokens * (L * (H * d if checkpoint else per_layer) + (2 * d + 4) * H)
     # head.py's chunks: ~256 MB of fp32 logits
     chunk, many = min(tokens, (1 << 26) // V) * V * 4, tokens > (1 << 26) // V
     # the head's gradient in the compute dtype; cpu: head.head_weight's fp32 upcast of a bf16 head
@@ -70,10 +73,10 @@ def trainer_phases(shape, trainers, sharded, dtype_bytes, tokens, checkpoint, sy
     grad = d * head
     # in the head (head._HeadLogprobs): a chunk's logits, turned into their gradient in place, and
     # its bf16 cast; or autograd summing two chunks' gradients of the weight
-    head_backward = 4 * head * (cpu and d < 4) + max(2 * chunk + many * grad,
-                                                     (1 + 2 * many) * grad + chunk)
+    head_backward = (4 * head * (cpu and d < 4)
+                     + max(2 * chunk + many * grad, (1 + 2 * many) * grad + chunk))
     # in a layer: its recompute (checkpointing) and its gradients
-    layer_backward = d * head + tokens * ((per_layer if checkpoint else 0) + 2 * (H + I) * d)
+    layer_backward = grad + tokens * (checkpoint * per_layer + 2 * (H + I) * d)
     knob = "micro_batch_tokens" + ("" if checkpoint else " or checkpoint_activations=True")
 
     # the backward in the head or in a layer, with FSDP2's buffers: the root gathered in the compute
@@ -94,12 +97,12 @@ def kv_cache(shape, vllm_share, gpu_bytes):
     """The KV cache in vLLM's share of the *total* GPU memory -> (bytes, tokens)."""
     # less the bf16 weights and ~2 GiB of activations and graphs
     kv = max(vllm_share * gpu_bytes - 2 * shape.params - 2 * GiB, 0)
-    return kv, kv / (2 * shape.layers * shape.kv_dim * 2)  # K and V of every layer, bf16
+    # its tokens: K and V of every layer, bf16
+    return kv, kv / (2 * shape.layers * shape.kv_dim * 2)
 
 
 def torch_sampler(shape, slots, max_len, dtype_bytes, fp32_head):
-    """The torch sampler in the trainer's process (a CPU rank) -> [(term, bytes, knob)], at its
-    most."""
+    """The torch sampler beside a CPU rank's trainer, at its most -> [(term, bytes, knob)]."""
     # its KV cache: `slots` rows (validation fills them all) of max_len columns, in GrowingLayer's
     # room, which doubles (and _splice starts at twice the columns); the head that head.head_weight
     # casts to fp32 once a version; a decode step's fp32 logits, their log-softmax and the draw's
@@ -115,33 +118,32 @@ def torch_sampler(shape, slots, max_len, dtype_bytes, fp32_head):
 def plan(shape, trainers, sharded, n_samplers, one_gpu, dtype_bytes, tokens_per_micro_batch,
          checkpoint, max_len, vllm_share, bucket_bytes, gpu_bytes, sync_every=True, cpu=False,
          expected_len=None, torch_slots=0, fp32_head=True):
-    """-> {role: [(term, bytes, knob)]}: 'trainer', and 'sampler', 'vLLM beside the trainer' or
-    torch's."""
+    """-> {role: [(term, bytes, knob)]}: 'trainer', and its sampler's (vLLM's or torch's)."""
     # 'torch sampler beside the trainer': a CPU run's trainer module samples too, torch_slots rows
     # at once
     # the trainer at the larger of its peaks; vLLM on a GPU of its own, or beside the trainer in one
     # process; gpu_bytes: the device's total memory
-    roles = dict(trainer=max(trainer_phases(shape, trainers, sharded, dtype_bytes,
-                                            tokens_per_micro_batch, checkpoint, sync_every,
-                                            cpu).values(), key=total))
+    phases = trainer_phases(
+        shape, trainers, sharded, dtype_bytes, tokens_per_micro_batch, checkpoint, sync_every, cpu)
+    roles = dict(trainer=max(phases.values(), key=total))
     if vllm_share:
         kv, tokens = kv_cache(shape, vllm_share, gpu_bytes)
         expected = expected_len or max_len
         knob = "vllm_gpu_memory" if one_gpu else "vllm_gpu_memory_own"
-        bucket = [] if one_gpu else [("weight bucket in flight", bucket_bytes, "weight_bucket_mb")]
         roles["vLLM beside the trainer" if one_gpu else "sampler"] = [
             (f"vLLM's share ({vllm_share:.2f} of the GPU): bf16 weights", 2 * shape.params, knob),
             (f"KV cache: {tokens / 1e3:,.0f}k tokens, {tokens / max_len:,.0f} sequences of "
              f"{max_len}, {slots_that_fit(tokens, expected)} of the expected {expected}", kv, knob),
-            ("activations and graphs", 2 * GiB, knob)] + bucket
+            ("activations and graphs", 2 * GiB, knob)
+        ] + [("weight bucket in flight", bucket_bytes, "weight_bucket_mb")] * (not one_gpu)
     if torch_slots:
-        roles["torch sampler beside the trainer"] = torch_sampler(shape, torch_slots, max_len,
-                                                                  dtype_bytes, fp32_head)
+        roles["torch sampler beside the trainer"] = torch_sampler(
+            shape, torch_slots, max_len, dtype_bytes, fp32_head)
     return roles
 
 
 def slots_that_fit(kv_tokens, expected_len):
-    """The sequences to decode at once: as many as the KV cache holds at the expected length."""
+    """The sequences to decode at once: those the KV cache holds at the expected length."""
     # past them vLLM preempts the newest request and recomputes it from scratch, silently under LLM
     # (vllm 0.32 v1/core/sched/scheduler.py:775-848, no swap)
     return int(kv_tokens // max(expected_len, 1))
@@ -150,11 +152,10 @@ def slots_that_fit(kv_tokens, expected_len):
 def slots_warning(kv_tokens, expected_len, slots):
     """A WARNING line when sampler_slots exceeds slots_that_fit, else None."""
     fit = slots_that_fit(kv_tokens, expected_len)
-    holds = (f"the KV cache holds {kv_tokens:,.0f} tokens: {fit} sequences of the expected "
-             f"{expected_len:,}")
-    return None if slots <= fit else (f"WARNING: sampler_slots={slots}, but {holds} (vLLM would "
-                                      f"preempt and recompute the rest): "
-                                      f"set sampler_slots <= {fit}")
+    if slots > fit:
+        return (f"WARNING: sampler_slots={slots}, but the KV cache holds {kv_tokens:,.0f} tokens: "
+                f"{fit} sequences of the expected {expected_len:,} (vLLM would preempt and "
+                f"recompute the rest): set sampler_slots <= {fit}")
 
 
 def describe(roles, gpu_bytes=None):
@@ -166,21 +167,19 @@ def describe(roles, gpu_bytes=None):
 
 
 def check(roles, gpu_bytes, one_gpu):
-    """None if all fit (one GPU: trainer + vLLM), else one line: the biggest term and its knob."""
+    """None if all fit, else one line: the biggest term and its knob."""
     groups = {"the trainer and vLLM on one GPU": sum(roles.values(), [])} if one_gpu else roles
     for name, terms in groups.items():
-        if (total(terms) > gpu_bytes
-                or any(size == 0 and term.startswith("KV") for term, size, _ in terms)):
+        need = total(terms)
+        if need > gpu_bytes or any(size == 0 and term.startswith("KV") for term, size, _ in terms):
             term, size, knob = max(terms, key=lambda t: t[1])
-            return (f"memory plan: {name} needs ~{total(terms) / GiB:.1f} GiB of the GPU's "
+            return (f"memory plan: {name} needs ~{need / GiB:.1f} GiB of the GPU's "
                     f"{gpu_bytes / GiB:.1f} GiB (or leaves vLLM no KV cache); the biggest term is "
                     f"{term} ({size / GiB:.1f} GiB): {knob}")
-    return None
 
 
 def plan_run(path, layout, config, max_len):
-    """Print the plan on rank 0, warn if sampler_slots outgrow its KV cache -> check()'s verdict on
-    CUDA."""
+    """Print the plan and any warning on rank 0 -> check()'s verdict on CUDA, else None."""
     from transformers import AutoConfig
     gpu = (torch.cuda.get_device_properties(layout.device).total_memory
            if layout.device.type == "cuda" else 0)
@@ -198,23 +197,23 @@ def plan_run(path, layout, config, max_len):
     sharded = layout.trainers > 1 and layout.samplers > 0
     dtype_bytes = 2 if config["dtype"] == "bfloat16" else 4
     cpu = layout.device.type == "cpu"
-    torch_slots = (cpu and config["sampler"] == "torch" and not layout.samplers
-                   and config["sampler_slots"])
-    roles = plan(shape, layout.trainers, sharded, layout.samplers, one_gpu, dtype_bytes, tokens,
-                 config["checkpoint_activations"], max_len, share, config["weight_bucket_mb"] << 20,
-                 gpu, cpu=cpu, expected_len=expected, torch_slots=torch_slots,
-                 fp32_head=config["fp32_head"])
-    warning = share and slots_warning(kv_cache(shape, share, gpu)[1], expected,
-                                      config["sampler_slots"])
+    slots = config["sampler_slots"]
+    torch_slots = cpu and config["sampler"] == "torch" and not layout.samplers and slots
+    roles = plan(
+        shape, layout.trainers, sharded, layout.samplers, one_gpu, dtype_bytes, tokens,
+        config["checkpoint_activations"], max_len, share, config["weight_bucket_mb"] << 20, gpu,
+        cpu=cpu, expected_len=expected, torch_slots=torch_slots, fp32_head=config["fp32_head"])
+    warning = share and slots_warning(kv_cache(shape, share, gpu)[1], expected, slots)
     # on a CPU: this process's plan for each of the machine's processes (a sampler rank's weights
     # left out)
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     need = total(sum(roles.values(), [])) * int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    if cpu and need > ram:  # the cache's room at its most: a warning, not a stop
+    # the cache's room at its most: a warning, not a stop
+    if cpu and need > ram:
         warning = (f"WARNING: the plan needs {need / GiB:.1f} GiB of this machine's "
                    f"{ram / GiB:.1f} GiB: fewer sampler_slots or a smaller micro_batch")
     if layout.rank == 0:
-        print(describe(roles, gpu or None) + (f"\n{warning}" if warning else ""), flush=True)
+        print(describe(roles, gpu) + (f"\n{warning}" if warning else ""), flush=True)
     return check(roles, gpu, one_gpu) if gpu else None
 
 
@@ -231,8 +230,6 @@ if __name__ == "__main__":
     one_gpu = gpus == 1
     roles = plan(shape, gpus - samplers, gpus - samplers > 1, samplers, one_gpu, 2,
                  args["micro_batch_tokens"], True, args["max_len"], 0.4 if one_gpu else 0.85,
-                 1 << 30, gpu, args["sync_every"],
-                 expected_len=args["expected_len"] or args["max_len"])
+                 GiB, gpu, args["sync_every"], expected_len=args["expected_len"])
     print(f"{shape.params / 1e9:.2f}B parameters, {gpus} GPU(s) of {gpu / GiB:.0f} GiB, "
-          f"{samplers} sampler(s)", describe(roles, gpu), check(roles, gpu, one_gpu) or "fits",
-          sep="\n")
+          f"{samplers} sampler(s)\n{describe(roles, gpu)}\n{check(roles, gpu, one_gpu) or 'fits'}")
