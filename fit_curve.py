@@ -17,6 +17,7 @@ from contextlib import suppress
 import numpy as np
 from scipy.optimize import OptimizeWarning, curve_fit
 from scipy.special import expit
+from scipy.stats import f as f_dist
 
 A_STEP = 0.005          # grid step of the asymptote A (paper: 0.450..0.800 step 0.005)
 A_MARGIN = 0.02         # error margin on A: three repeat runs landed within +-0.015 (paper)
@@ -104,6 +105,23 @@ def fit_window(x, min_x=None, fit_until=None):
     return known & (x >= min_x) & (x > 0), float(min_x)  # x > 0: R(0) = R0 by construction
 
 
+def grid_of_A(y, yw, R0):
+    """The values A may take, for a curve y and its fit window's part yw."""
+    # on A_STEP's grid, within (0, 1) for a pass rate (else y's range widened by its width), and not
+    # below what a rising curve's window reached, within noise: the mean of its last tenth, less 3
+    # standard errors (the noise sd from successive differences). A falling curve (ours: a collapsing
+    # run, or a loss) is allowed, mirrored: A at most what it reached
+    span = y.max() - y.min()
+    lo, hi = (0.0, 1.0) if 0 <= y.min() <= y.max() <= 1 else (y.min() - span, y.max() + span)
+    k = max(3, len(yw) // 10)
+    reached = yw[-k:].mean()
+    slack = 3 * np.std(np.diff(yw)) / math.sqrt(2 * k)
+    lo, hi = (max(lo, reached - slack), hi) if reached >= R0 else (lo, min(hi, reached + slack))
+    steps = np.arange(math.ceil(lo / A_STEP - 1e-9), math.floor(hi / A_STEP + 1e-9) + 1)
+    grid = (A_STEP * steps).round(9)
+    return grid if len(grid) else np.array([A_STEP * round(reached / A_STEP)])
+
+
 def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None):
     """Fit the sigmoid to a curve from step 0 -> SigmoidFit. R0: r0 or y[0], fixed (paper); a fixes
     A."""
@@ -119,23 +137,7 @@ def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None):
         raise ValueError(f"only {n} points in the fit window ({window}); "
                          f"the fit needs at least {MIN_POINTS}")
 
-    # The A grid. A cannot lie below what a rising curve already reached, within noise: the mean of
-    # its last tenth, less 3 standard errors (the noise sd from successive differences). A falling
-    # curve (ours: a collapsing run, or a loss) is allowed, mirrored: A at most what it reached.
-    if a is not None:
-        a_grid = np.array([float(a)])
-    else:
-        # bounds of A: (0, 1) for a pass rate, else the range widened by its width
-        span = y.max() - y.min()
-        lo, hi = (0.0, 1.0) if 0 <= y.min() <= y.max() <= 1 else (y.min() - span, y.max() + span)
-        k = max(3, n // 10)
-        reached = yw[-k:].mean()
-        slack = 3 * np.std(np.diff(yw)) / math.sqrt(2 * k)
-        lo, hi = (max(lo, reached - slack), hi) if reached >= R0 else (lo, min(hi, reached + slack))
-        steps = np.arange(math.ceil(lo / A_STEP - 1e-9), math.floor(hi / A_STEP + 1e-9) + 1)
-        a_grid = (A_STEP * steps).round(9)
-        if len(a_grid) == 0:
-            a_grid = np.array([A_STEP * round(reached / A_STEP)])
+    a_grid = np.array([float(a)]) if a is not None else grid_of_A(y, yw, R0)
     gain = a_grid - R0  # (nA,)
 
     # Paper (appendix): curve_fit B in every cell of an (A, C_mid) grid, keep the least squares; its
@@ -191,8 +193,34 @@ def bootstrap(x, y, fit, n_resamples=200, seed=0):
     rng = np.random.default_rng(seed)
     resampled = (predicted + rng.choice(residuals, len(residuals)) for _ in range(n_resamples))
     fits = [fit_sigmoid(xw, y_star, r0=fit.R0, min_x=fit.min_x) for y_star in resampled]
-    return {k: tuple(np.percentile([getattr(f, k) for f in fits], [2.5, 97.5]))
-            for k in ("A", "B", "C_mid")}
+    return dict(fits=fits, **{k: tuple(np.percentile([getattr(f, k) for f in fits], [2.5, 97.5]))
+                              for k in ("A", "B", "C_mid")})
+
+
+def band(fits, x, rmse=0.0):
+    """The 95% band of the resampled fits' curves at x -> (lo, hi), widened by 1.96 rmse."""
+    # rmse, a point's own noise: the band a later point should lie in
+    curves = [sigmoid(np.asarray(x, float), f.R0, f.A, f.B, f.C_mid) for f in fits]
+    lo, hi = np.percentile(curves, [2.5, 97.5], axis=0)
+    return lo - 1.96 * rmse, hi + 1.96 * rmse
+
+
+def profile_A(x, y, fit, level=0.95):
+    """A's profile interval (ours) -> (lo, hi); hi None where the data do not bound A above."""
+    # the A whose best (B, C_mid) leave a squared error within the F test's bound of the best fit's;
+    # hi None at the top of A's grid (a window that ends before C_mid); lo at worst what y reached
+    mask, _ = fit_window(x, fit.min_x, fit.fit_until)
+    y, n = np.asarray(y, float), int(mask.sum())
+    error = lambda a: fit_sigmoid(x, y, fit.R0, fit.min_x, fit.fit_until, a=a).rmse ** 2 * n
+    bound = fit.rmse ** 2 * n * (1 + f_dist.ppf(level, 1, n - 3) / (n - 3))
+    grid = grid_of_A(y, y[mask], fit.R0)
+    ends, start = [], int(np.abs(grid - fit.A).argmin())
+    for step in (-1, 1):
+        i = start
+        while 0 <= i + step < len(grid) and error(grid[i + step]) <= bound:
+            i += step
+        ends.append(float(grid[i]) if step < 0 or i + 1 < len(grid) else None)
+    return tuple(ends)
 
 
 def rank_runs(names, curves, fits, margin=A_MARGIN):
@@ -269,11 +297,15 @@ def plot_fits(path, runs, x_col, y_col):
         ax.plot(grid, curve, "--", color=colour, lw=1)
         ax.plot(grid[inside], curve[inside], "-", color=colour, label=label)
         ax.axhline(fit.A, linestyle=":", color=colour, lw=1)  # the asymptote A
+        if run["fits"]:  # the prediction band beyond the window: the curves' and a point's noise
+            beyond = grid[grid >= fit.max_x]
+            ax.fill_between(beyond, *band(run["fits"], beyond, fit.rmse), color=colour, alpha=0.15)
     ax.set(xscale="log", xlabel=f"compute ({x_col}, log scale)", ylabel=y_col,
            title="ScaleRL sigmoid fit: R = R0 + (A - R0) / (1 + (C_mid / C)^B)")
     ax.legend(fontsize=8)
     ax.figure.tight_layout()
     ax.figure.savefig(path, dpi=120)
+    return ax
 
 
 def main(argv=None):
@@ -315,9 +347,12 @@ def main(argv=None):
             fit = fit_sigmoid(x, y, r0=args.r0, min_x=args.min_x, fit_until=args.fit_until)
         except ValueError as e:
             parser.exit(2, f"fit_curve.py: error: {path}: {e}\n")
-        result = dict(run=path, **fit._asdict(), x_col=args.x, y_col=args.y)
+        result = dict(run=path, **fit._asdict(), x_col=args.x, y_col=args.y,
+                      A_profile=profile_A(x, y, fit), C_mid_beyond_fit=fit.C_mid > fit.max_x)
+        fits = []
         if args.bootstrap > 0:
             intervals = bootstrap(x, y, fit, args.bootstrap, args.seed)
+            fits = intervals.pop("fits")
             result.update({k + "_ci": [float(v) for v in interval]
                            for k, interval in intervals.items()})
         if fit.C_mid > fit.max_x:
@@ -334,13 +369,18 @@ def main(argv=None):
             notes.append(f"{path}: predicted {past}: mean |error| {mae:.4f}, max {max_err:.4f} "
                          f"over {len(errors)} points" if later.any() else
                          f"{path}: no points {past} to check the prediction on")
+            if fits and later.any():  # the band a point should lie in: the curves', and its noise
+                lo, hi = band(fits, x[later], fit.rmse)
+                inside = float(np.mean((lo <= y[later]) & (y[later] <= hi)))
+                result["extrapolation_in_band"] = inside
+                notes.append(f"{path}: {inside:.0%} of them inside the 95% prediction band")
         if args.powerlaw:
             power = fit_power_law(x, y, fit.min_x, fit.fit_until)
             result["powerlaw"] = power._asdict()
             notes.append(f"{path}: power law R = A - D/C^B on the same window: A {power.A:.3f} "
                          f"(sigmoid {fit.A:.3f}), B {power.B:.3f}, RMSE {power.rmse:.4f} (paper: "
                          f"the power law over-predicts A, prefer the sigmoid)")
-        runs.append(dict(name=path, x=x, y=y, fit=fit, result=result))
+        runs.append(dict(name=path, x=x, y=y, fit=fit, fits=fits, result=result))
     if len(runs) > 1:
         ranking = rank_runs(args.logs, [(r["x"], r["y"]) for r in runs], [r["fit"] for r in runs])
         notes.append(f"ranking (paper's rule: A is known to +-{A_MARGIN}; runs closer than that "
@@ -369,6 +409,9 @@ def main(argv=None):
         print(f"{run['name']:<{width}}  {fit.R0:6.3f}  {fit.A:6.3f}  {fit.B:6.3f}  "
               f"{fmt_compute(fit.C_mid):>10}  {window:>24}  {fit.n_points:4d}  {fit.rmse:7.4f}  "
               f"{fit.r2:6.3f}")
+        lo, hi = result["A_profile"]
+        shown = f"{hi:.3f}]" if hi is not None else "...]: not bounded above by the data"
+        print(f"{'':<{width}}  A profile interval [{lo:.3f}, {shown} (F test, 95%)")
         if "A_ci" in result:
             (a_lo, a_hi), (b_lo, b_hi), (c_lo, c_hi) = (result["A_ci"], result["B_ci"],
                                                         result["C_mid_ci"])

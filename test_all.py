@@ -3262,6 +3262,45 @@ def test_bootstrap_intervals_contain_true_parameters():
     assert intervals["A"][1] - intervals["A"][0] <= 0.02
 
 
+def test_profile_interval_of_A_holds_the_truth_and_is_open_where_the_data_stop():
+    # the paper's scalerl_8b curve: fitted to its end, A is bounded on both sides; fitted only before C_mid,
+    # a higher A fits as well (the curve has not bent yet), so the interval stays open above
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, seed=1)
+    lo, hi = fit_curve.profile_A(x, y, fit_curve.fit_sigmoid(x, y))
+    assert lo <= 0.610 <= hi and hi - lo <= 0.02
+    early = fit_curve.fit_sigmoid(x, y, fit_until=1500)
+    assert early.C_mid > early.max_x
+    lo, hi = fit_curve.profile_A(x, y, early)
+    assert hi is None and lo <= 0.610
+
+
+def test_prediction_band_of_a_half_fit_holds_the_true_curve_and_the_later_points():
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, seed=1)
+    fit = fit_curve.fit_sigmoid(x, y, fit_until=8000)
+    fits = fit_curve.bootstrap(x, y, fit, n_resamples=50, seed=0)["fits"]
+    later = x > 8000
+    lo, hi = fit_curve.band(fits, x[later])
+    assert np.all(lo <= hi) and np.all(hi - lo <= 0.02)
+    truth = fit_curve.sigmoid(x[later], 0.30, 0.610, 1.92, 2542)
+    assert np.all((lo <= truth + 1e-3) & (truth - 1e-3 <= hi))
+    # a point also has its own noise (sd 0.005 here): widened by 1.96 RMSE, the band holds ~95% of them
+    lo, hi = fit_curve.band(fits, x[later], fit.rmse)
+    assert np.mean((lo <= y[later]) & (y[later] <= hi)) >= 0.9
+
+
+def test_cli_says_when_the_fit_window_ends_before_C_mid_and_gives_the_profile_interval(tmp_path):
+    log = fit_curve_write_log(tmp_path / "log.jsonl", *fit_curve_synthetic(0.3, 0.61, 1.92, 2542, 16000, seed=1))
+    result = fit_curve_cli(log, "--fit_until", 1500, "--bootstrap", 20, "--json")
+    [run] = json.loads(result.stdout)
+    assert run["C_mid_beyond_fit"] is True and run["A_profile"][1] is None
+    assert 0 <= run["extrapolation_in_band"] <= 1
+    out = fit_curve_cli(log, "--fit_until", 1500, "--bootstrap", 20).stdout
+    assert "C_mid lies beyond the last fitted point" in out and "A profile interval [" in out
+    assert "not bounded above" in out and "inside the 95% prediction band" in out
+    [run] = json.loads(fit_curve_cli(log, "--bootstrap", 20, "--json").stdout)
+    assert run["C_mid_beyond_fit"] is False and None not in run["A_profile"]
+
+
 def test_comparison_refits_runs_within_0_02_at_average_A_and_ranks_by_B():
     shallow = fit_curve_synthetic(0.30, 0.610, 1.50, 2542, 16000, seed=1)
     steep = fit_curve_synthetic(0.30, 0.600, 2.40, 2542, 16000, seed=2)
@@ -3381,11 +3420,19 @@ def test_cli_help_documents_default_min_x(capsys):
     assert "skip the first 10% of the fitted compute range" in " ".join(capsys.readouterr().out.split())
 
 
-def test_cli_plot_writes_png(tmp_path):
+@pytest.mark.parametrize("resamples", [0, 20])
+def test_cli_plot_writes_png_with_the_prediction_band_beyond_the_fit(tmp_path, monkeypatch, resamples):
     log = fit_curve_write_log(tmp_path / "log.jsonl", *fit_curve_synthetic(0.3, 0.61, 1.92, 2542, 16000))
-    png = tmp_path / "fit.png"
-    fit_curve.main([str(log), "--plot", str(png), "--bootstrap", "0", "--fit_until", "8000"])
+    png, drawn = tmp_path / "fit.png", []
+    plot = fit_curve.plot_fits
+    monkeypatch.setattr(fit_curve, "plot_fits", lambda *a: drawn.append(plot(*a)))
+    fit_curve.main([str(log), "--plot", str(png), "--bootstrap", str(resamples), "--fit_until", "8000"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    [ax] = drawn  # the band: one filled area beyond the fit window, where there are resamples
+    bands = [c for c in ax.collections if type(c).__name__ in ("PolyCollection", "FillBetweenPolyCollection")]
+    assert len(bands) == (resamples > 0)
+    if bands:
+        assert bands[0].get_paths()[0].vertices[:, 0].min() >= 8000 * 0.999
 
 
 def test_cli_plot_without_matplotlib_says_how_to_install(tmp_path, monkeypatch, capsys):
