@@ -25,8 +25,8 @@ import numpy as np
 
 def tree_memory(pid):
     """Resident bytes of a process and its descendants (Linux /proc). A child forked and not yet exec'd
-    (the sandbox forks the trainer for every program) shares the trainer's pages: it is left out, or a
-    15 GiB trainer would count twice at every fork."""
+    shares the trainer's pages: it is left out, or a 15 GiB trainer would count twice at every fork (the
+    sandbox forked the trainer for every program until it started them from a fresh interpreter)."""
     children, cmdline, total = {}, {}, 0
     for entry in os.listdir("/proc"):
         if entry.isdigit():
