@@ -1,10 +1,11 @@
 """The maintainers' size check (issue 43), run by .ci/run beside the test command, never inside it: a fork
 that grows a module stays green under `pytest test_all.py` and meets this check only in our CI.
 
-Counts characters of code (indentation included; comments and blank lines free; docstrings count), so that
-wrapping a long line costs nothing but its indentation: each top-level module at most MODULE characters, all
-of them (the core, test_all.py aside) at most CORE, at most LONG_SHARE of the core's lines of code over 100
-characters and none over LONGEST.
+Counts characters of code (indentation included; comments, a line's trailing comment too, and blank lines
+free; docstrings count), so that wrapping a long line costs nothing but its indentation: each top-level module
+at most MODULE characters, all of them (the core, test_all.py aside) at most CORE, at most LONG_SHARE of the
+core's lines of code over 100 characters (comments included: a line's length is what a reader wraps) and none
+over LONGEST.
 
     python .ci/budget.py          # prints each module's figures; exits 1 naming what is over
 """
@@ -13,9 +14,10 @@ import os
 import sys
 import tokenize
 
-MODULE = 33_000   # characters of code in one top-level module (issue 43 asks ~30,000: judge.py is over)
-CORE = 245_000    # ... in all of them together (issue 43 asks ~200,000: the judges of issue 40, the fault
-                  # table of 44 and the extension points of 43 took it here)
+MODULE = 32_000   # characters of code in one top-level module (issue 43 asks ~30,000: judge.py is over)
+CORE = 230_000    # ... in all of them together (issue 43 asks ~200,000: the judges of issue 40, the fault
+                  # table of 44 and the extension points of 43 took it here). Until 2026-12-03 a trailing
+                  # comment counted as code: 245,000 then was ~228,500 now
 LONGEST = 110     # characters in one line of code (wrap at ~100, as nanoGPT does)
 LONG_SHARE = 0.05  # of the core's lines of code over 100 characters (nanoGPT 3.8%, nanochat 5.5%)
 SKIP = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
@@ -23,11 +25,21 @@ SKIP = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokeni
 
 
 def code_lines(text):
-    """The lines of a module that hold code: docstrings count; comments and blank lines do not."""
+    """The lines of a module that hold code, whole: docstrings count; comments and blank lines do not."""
     lines = text.splitlines()
     used = {n for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type not in SKIP
             for n in range(t.start[0], t.end[0] + 1)}
     return [lines[n - 1] for n in sorted(used) if n <= len(lines) and lines[n - 1].strip()]
+
+
+def code_characters(text):
+    """Characters of code: code_lines' without a trailing comment (nor the spaces before it)."""
+    tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    comment_at = {t.start[0]: t.start[1] for t in tokens if t.type == tokenize.COMMENT}
+    lines = text.splitlines()
+    used = {n for t in tokens if t.type not in SKIP for n in range(t.start[0], t.end[0] + 1)}
+    return sum(len(lines[n - 1][:comment_at.get(n)].rstrip()) for n in used
+               if n <= len(lines) and lines[n - 1].strip())
 
 
 if __name__ == "__main__":
@@ -36,8 +48,8 @@ if __name__ == "__main__":
     over, total, lines_in_all, long_in_all = [], 0, 0, 0
     print(f"{'module':<18}{'lines':>7}{'chars':>9}{'>100':>6}{'>110':>6}")
     for name in modules:
-        lines = code_lines(open(os.path.join(repo, name), encoding="utf-8").read())
-        chars = sum(len(line) for line in lines)
+        text = open(os.path.join(repo, name), encoding="utf-8").read()
+        lines, chars = code_lines(text), code_characters(text)
         long = [n for n, line in enumerate(lines) if len(line) > 100]
         longest = [line for line in lines if len(line) > LONGEST]
         total, lines_in_all, long_in_all = total + chars, lines_in_all + len(lines), long_in_all + len(long)
