@@ -348,6 +348,7 @@ def train_step(policy, groups, step, pad_id):
         policy.optimizer.step()
         copy_weights(policy.model, policy.logprobs.model)  # the bf16 copy takes the new weights
     policy.optimizer.zero_grad(set_to_none=True)
+    memory.release()  # the step's activations and gradients, freed, back to the OS
     return stats if finite else dict(stats, skipped="non_finite")
 
 
@@ -422,6 +423,7 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
         logprobs = policy.logprobs(ids[rows, :T].to(on), temperature, fp32_head)
         mb = lambda x: x[rows, :T - 1].to(on)
         result.update(loss.sampler_mismatch(logprobs, mb(behaviour), mb(mask)))
+    memory.release()  # the validation's KV cache rows, freed, back to the OS
     return result, tokens - val_tokens
 
 
