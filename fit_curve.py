@@ -297,7 +297,7 @@ def plot_fits(path, runs, x_col, y_col):
         ax.plot(grid, curve, "--", color=colour, lw=1)
         ax.plot(grid[inside], curve[inside], "-", color=colour, label=label)
         ax.axhline(fit.A, linestyle=":", color=colour, lw=1)  # the asymptote A
-        if run["fits"]:  # the prediction band beyond the window: the curves' and a point's noise
+        if run.get("fits"):  # the prediction band beyond the window: the curves' and a point's noise
             beyond = grid[grid >= fit.max_x]
             ax.fill_between(beyond, *band(run["fits"], beyond, fit.rmse), color=colour, alpha=0.15)
     ax.set(xscale="log", xlabel=f"compute ({x_col}, log scale)", ylabel=y_col,
