@@ -27,7 +27,9 @@ max_lag = 4                     # >= 192 / 64 + 1: the slots stay full (benchmar
                                 # is the log's policy_lag_mean (~3-4: really off-policy, as the paper's k = 8)
 micro_batch = 4
 micro_batch_tokens = 1800       # 4 GSM8K rows of ~450 tokens, or 2 HumanEval rows of up to ~710
-lr = 1e-5                       # the one-hour config's (paper: 5e-7 for 8B): a plateau within a few sittings
+lr = 2e-6                       # (paper: 5e-7 for 8B) the first run of this config, at the one-hour config's
+                                # 1e-5, fell from 0.238 to 0.139 by step 18 (HumanEval 0.371 -> 0.160; docs/
+                                # real_model.md); 2e-6 learned steadily for 45 steps on this model and mix
 warmup_steps = 2
 n_train = 0
 n_val = 64                      # per domain: 128 held-out problems (64 GSM8K, 64 HumanEval)
