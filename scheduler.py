@@ -1,7 +1,6 @@
 """
-The rollouts (a Group of Completions: the samplers make them, the scheduler holds them, train.py
-trains on them) and ScaleRL's off-policy rule (train.py's loop drives it; test_all.py with fake
-samplers, milliseconds a run).
+The rollouts (Groups of Completions) and ScaleRL's off-policy rule, driven by train.py's loop (by
+test_all.py with fake samplers).
 """
 import math
 from dataclasses import dataclass, field
@@ -30,10 +29,9 @@ class Group:
 
 
 def room(slots, unfinished, G, P):
-    """Groups the samplers may take now: their slots and one batch more, queued, so that a row that
-    ends finds the next one waiting. With max_lag >= slots / (P G) + 1 the lag bound never binds
-    first, and the slots stay full: no wave of stragglers every k + 1 steps (benchmarks/pipeline.py:
-    86% -> 100% busy)."""
+    """Groups the samplers may take now: their slots and one batch more, queued for rows that end.
+    With max_lag >= slots / (P G) + 1 the lag bound never binds first: the slots stay full, no wave
+    of stragglers every k + 1 steps (benchmarks/pipeline.py: 86% -> 100% busy)."""
     return math.ceil((slots + P * G - unfinished * G) / G)
 
 
@@ -65,8 +63,7 @@ class Rollouts:
         self.version = 0              # the policy version of the last hand-out
 
     def hand_out(self, samplers, version, room):
-        """New groups for the samplers:
-        as many as the rule allows, and at most `room` (their queue)."""
+        """New groups for the samplers: as many as the rule allows, at most `room`."""
         self.version = version  # the rule may read it (a group handed out at v0 lags version - v0)
         for _ in range(OFF_POLICY[self.mode][0](self, room)):
             index = self.requeue.pop(0) if self.requeue else self.curriculum.next()
@@ -78,19 +75,15 @@ class Rollouts:
             self.next_ticket += 1
 
     def collect(self, groups):
-        """Finished groups in;
-        the validation ones come back, the training ones wait for their step."""
-        validation = [g for g in groups if isinstance(g.prompt_id, tuple)]
+        """Finished groups in: the validation ones come back, the training ones wait for their
+        step."""
         self.finished.update((g.prompt_id, g) for g in groups if not isinstance(g.prompt_id, tuple))
-        return validation
+        return [g for g in groups if isinstance(g.prompt_id, tuple)]
 
     def ready_batch(self, version):
-        """The P groups to train on at the step that starts from `version`,
-        or None (keep sampling)."""
+        """The P groups to train on at the step from `version`, or None (keep sampling)."""
         tickets = sorted(self.finished)[:self.P]
-        if len(tickets) < self.P:
-            return None
-        if not OFF_POLICY[self.mode][1](self, tickets, version):
+        if len(tickets) < self.P or not OFF_POLICY[self.mode][1](self, tickets, version):
             return None
         batch = [self.finished.pop(t) for t in tickets]
         for g in batch:
@@ -99,13 +92,11 @@ class Rollouts:
 
     @property
     def starved(self):
-        """Every prompt is retired and fewer than P groups are left:
-        no full batch will ever come."""
+        """Every prompt is retired and fewer than P groups are left: no full batch will come."""
         return self.exhausted and len(self.pending) < self.P
 
     def in_flight(self):
-        """The prompts of the groups handed out and not trained
-        (a checkpoint hands them out again)."""
+        """The prompts handed out and not trained (a checkpoint hands them out again)."""
         return [index for index, _ in self.pending.values()]
 
 
@@ -120,8 +111,7 @@ def pipeline_budget(r, room):
 
 
 def pipeline_may_train(r, tickets, version):
-    """Not if a straggler could then miss its deadline
-    (it must join this step or the next ones in time)."""
+    """Not if a straggler could then miss its deadline."""
     chosen = set(tickets)
     deadlines = sorted(v0 + r.k for t, (_, v0) in r.pending.items() if t not in chosen)
     return all(version + 1 + j // r.P <= d for j, d in enumerate(deadlines))

@@ -4,21 +4,14 @@ advantage normalisation, zero-variance filtering, No-Positive-Resampling, an FP3
 control by interruption (Khatri et al. 2025, arXiv 2510.13786). Every leave-one-out ablation is one
 config value.
 
-CPU, the built-in task and its tiny model (~8 minutes):
+CPU, the built-in task and its tiny model (~8 minutes); one GPU, your model (<= ~2B) and a JSONL
+of math problems; 8 GPUs, 6 vLLM sampler ranks and 2 FSDP2 trainers (README: "Many processes, many
+GPUs", for more nodes and CPU processes); an ablation, a resume, its scaling curve's fit:
     python train.py
-One GPU, your own model (<= ~2B) and a local JSONL of math problems (vLLM beside the trainer):
-    python train.py config/scalerl_1gpu.py --model_path=/models/Qwen3-1.7B \\
-        --data_path=/data/polaris.jsonl
-8 GPUs, one node: 6 vLLM sampler ranks, 2 FSDP2 trainer ranks (distributed.py):
-    torchrun --standalone --nproc_per_node=8 train.py config/scalerl_8b.py --model_path=... \\
+    python train.py config/scalerl_1gpu.py --model_path=/models/Qwen3-1.7B --data_path=D.jsonl
+    torchrun --standalone --nproc_per_node=8 train.py config/scalerl_8b.py --model_path=M \\
         --n_samplers=6
-2 nodes of 8 GPUs (run on each node; a shared filesystem holds out_dir):
-    torchrun --nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=HOST:29500 \\
-        train.py config/scalerl_8b.py --model_path=... --n_samplers=12
-CPU processes (gloo), the same protocol, 2 trainers + 1 sampler:
-    torchrun --standalone --nproc_per_node=3 train.py --n_samplers=1
-An ablation, resuming a run, fitting its scaling curve:
-    python train.py config/loo_dapo.py; python train.py --init_from=resume;
+    python train.py config/loo_dapo.py; python train.py --init_from=resume
     python fit_curve.py out/log.jsonl
 """
 
@@ -186,45 +179,51 @@ def check_config():
     """What the table cannot say:
     a config that contradicts itself or the machine fails before any work."""
     world = int(os.environ.get("WORLD_SIZE", 1))
-    for bad, message in [
-            (think_budget_min > think_budget_max,
-             f"think_budget_min={think_budget_min} > think_budget_max={think_budget_max}"),
-            (length_control == "penalty"
-             and not 0 < penalty_cache < think_budget_max + answer_budget,
-             f"penalty_cache={penalty_cache}: must lie in "
-             f"(0, L_max = {think_budget_max + answer_budget})"),
-            (model_path and not os.path.isdir(model_path),
-             f"model_path={model_path!r}: no such directory"),
-            (not 0 <= n_samplers < world,
-             f"n_samplers={n_samplers}: need 0 <= n_samplers < the number of "
-             f"processes ({world}); launch with torchrun --nproc_per_node=N"),
-            (n_samplers == 0 and prompts_per_step % world,
-             f"prompts_per_step={prompts_per_step} must be divisible by the {world} "
-             "data-parallel ranks"),
-            (device == "cuda" and not torch.cuda.is_available(),
-             "device='cuda' but torch sees no GPU"),
-            (init_from == "scratch" and os.path.exists(os.path.join(out_dir, "log.jsonl")),
-             f"out_dir={out_dir!r} holds another run (log.jsonl); pass --init_from=resume or "
-             "another --out_dir"),
-            (init_from == "resume" and not checkpoint.resume(out_dir),
-             f"init_from='resume' but {out_dir!r} holds no checkpoint "
-             "(a complete ckpt/ or ckpt.old/)")]:
+    checks = [
+        (think_budget_min > think_budget_max,
+         f"think_budget_min={think_budget_min} > think_budget_max={think_budget_max}"),
+        (length_control == "penalty"
+         and not 0 < penalty_cache < think_budget_max + answer_budget,
+         f"penalty_cache={penalty_cache}: must lie in "
+         f"(0, L_max = {think_budget_max + answer_budget})"),
+        (model_path and not os.path.isdir(model_path),
+         f"model_path={model_path!r}: no such directory"),
+        (not 0 <= n_samplers < world,
+         f"n_samplers={n_samplers}: need 0 <= n_samplers < the number of "
+         f"processes ({world}); launch with torchrun --nproc_per_node=N"),
+        (n_samplers == 0 and prompts_per_step % world,
+         f"prompts_per_step={prompts_per_step} must be divisible by the {world} "
+         "data-parallel ranks"),
+        (device == "cuda" and not torch.cuda.is_available(),
+         "device='cuda' but torch sees no GPU"),
+        (init_from == "scratch" and os.path.exists(os.path.join(out_dir, "log.jsonl")),
+         f"out_dir={out_dir!r} holds another run (log.jsonl); pass --init_from=resume or "
+         "another --out_dir"),
+        (init_from == "resume" and not checkpoint.resume(out_dir),
+         f"init_from='resume' but {out_dir!r} holds no checkpoint "
+         "(a complete ckpt/ or ckpt.old/)")]
+    for bad, message in checks:
         if bad:
             fail(message)
 
 # -----------------------------------------------------------------------------
 # the training step
 
-def reward_groups(groups, task, curriculum):
-    """Reward every completion
-    (+1 / -1, the batch at once) and give the curriculum each group's pass rate."""
-    scores = iter(rewards.score([(task.prompts[g.index], data.decode(task, c.token_ids),
-                                  c.finish_reason == "truncated")
-                                 for g in groups for c in g.completions],
-                                verify_timeout))
-    L_max = think_budget_max + answer_budget
+def score(groups, prompts, task):
+    """Every completion of `groups` (one of `prompts` each) -> its reward in g.rewards (+1 / -1, the
+    batch at once)."""
+    scores = iter(rewards.score(
+        [(p, data.decode(task, c.token_ids), c.finish_reason == "truncated")
+         for p, g in zip(prompts, groups) for c in g.completions], verify_timeout))
     for g in groups:
         g.rewards = [next(scores) for _ in g.completions]
+
+
+def reward_groups(groups, task, curriculum):
+    """Reward every completion and give the curriculum each group's pass rate."""
+    score(groups, [task.prompts[g.index] for g in groups], task)
+    L_max = think_budget_max + answer_budget
+    for g in groups:
         curriculum.update(g.index, sum(r > 0 for r in g.rewards) / len(g.rewards))
         if length_control == "penalty":
             # DAPO's overlong penalty on correct answers: 0 up to L_max - L_cache, -1 at L_max
@@ -233,10 +232,10 @@ def reward_groups(groups, task, curriculum):
 
 
 def collate(groups, advantages, pad_id):
-    """Completion rows of the kept groups -> right-padded tensors, aligned as loss.py wants."""
-    rows = [(g.prompt_ids, c, a) for g, adv in zip(groups, advantages)
-            for c, a in zip(g.completions, adv.tolist())]
-    lengths = torch.tensor([len(p) + len(c.token_ids) for p, c, _ in rows])
+    """Completion rows of the kept groups, (P', G) advantages -> right-padded tensors, aligned as
+    loss.py wants."""
+    rows = [(g.prompt_ids, c) for g in groups for c in g.completions]
+    lengths = torch.tensor([len(p) + len(c.token_ids) for p, c in rows])
     T = int(lengths.max())
     # padding: never attended, never trained
     ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
@@ -244,15 +243,15 @@ def collate(groups, advantages, pad_id):
     # so completion token j of a row sits at len(prompt)-1+j
     behaviour, mask = torch.zeros(len(rows), T - 1), torch.zeros(len(rows), T - 1)
     prompt_index = torch.tensor([i for i, g in enumerate(groups) for _ in g.completions])
-    for r, (prompt_ids, c, _) in enumerate(rows):
+    for r, (prompt_ids, c) in enumerate(rows):
         n, k = len(prompt_ids), len(c.token_ids)
         ids[r, :n + k] = torch.tensor(prompt_ids + c.token_ids)
-        # NaN on forced tokens
-        behaviour[r, n - 1:n - 1 + k] = torch.tensor(c.logprobs, dtype=torch.float32)
+        span = slice(n - 1, n - 1 + k)
+        behaviour[r, span] = torch.tensor(c.logprobs)  # NaN on forced tokens
         # cut at the answer budget (paper, A.16)
         if train_truncated or c.finish_reason != "truncated":
-            mask[r, n - 1:n - 1 + k] = torch.tensor(c.policy_mask, dtype=torch.float32)
-    return ids, lengths, behaviour, mask, prompt_index, torch.tensor([a for _, _, a in rows])
+            mask[r, span] = torch.tensor(c.policy_mask)
+    return ids, lengths, behaviour, mask, prompt_index, advantages.flatten()
 
 
 def micro_batches(lengths, rank, ranks):
@@ -265,23 +264,22 @@ def micro_batches(lengths, rank, ranks):
     for r in range(ranks):
         batches = [[]]
         for i in order[r::ranks]:
-            rows = batches[-1]
-            padded = (len(rows) + 1) * int(lengths[rows[0]]) if rows else 0  # rows go longest first
+            rows = batches[-1]  # rows go longest first: padded to the first's length
             # a cap (0: none)
-            if rows and (len(rows) >= micro_batch > 0 or padded > micro_batch_tokens > 0):
+            if rows and (len(rows) >= micro_batch > 0
+                         or (len(rows) + 1) * int(lengths[rows[0]]) > micro_batch_tokens > 0):
                 batches.append([])
             batches[-1].append(i)
         packed.append([b for b in batches if b])
-    mine = [torch.tensor(b, dtype=torch.long) for b in packed[rank]]
+    mine = [torch.tensor(b) for b in packed[rank]]
     return mine + [torch.zeros(0, dtype=torch.long)] * (max(map(len, packed)) - len(mine))
 
 
 def train_step(policy, groups, step, pad_id):
-    """The optimizer step after `step` earlier ones,
-    on P scored groups -> the log's training stats."""
+    """The optimizer step after `step` earlier ones, on P scored groups -> the log's training
+    stats."""
     # every trainer rank runs it on the same batch and computes its share of the rows
-    step_lr = (lr * min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0
-               else lr)  # warm-up, then constant
+    step_lr = lr * min(1.0, (step + 1) / max(warmup_steps, 1))  # warm-up, then constant
     # the batch's figures before any learning: rewards, lengths, cuts, PipelineRL's lag
     scores = torch.tensor([g.rewards for g in groups])  # (P, G)
     completions = [c for g in groups for c in g.completions]
@@ -303,8 +301,8 @@ def train_step(policy, groups, step, pad_id):
     kept = [g for g, k in zip(groups, keep.tolist()) if k]
     if not kept:  # every group was all-correct or all-wrong: nothing to learn from this batch
         return dict(stats, loss=0.0, grad_norm=0.0, skipped="no_signal", trained_tokens=0)
-    advantages = loss.group_advantages(scores[keep], adv_norm)  # (P', G)
-    ids, lengths, behaviour, mask, prompt_index, row_adv = collate(kept, advantages, pad_id)
+    ids, lengths, behaviour, mask, prompt_index, row_adv = collate(
+        kept, loss.group_advantages(scores[keep], adv_norm), pad_id)
     # (N, T-1), sums to 1 over the whole batch
     weights = loss.token_weights(mask, prompt_index, agg)
     for param_group in policy.optimizer.param_groups:
@@ -319,16 +317,16 @@ def train_step(policy, groups, step, pad_id):
         logprobs, entropy = policy.logprobs(ids[rows, :T].to(on), temperature, fp32_head,
                                             with_entropy=True)
         # the config holds loss_type and its knobs
+        on_mask = mb(mask) * present
         mb_loss, mb_stats = loss.policy_loss(logprobs, mb(behaviour), row_adv[rows].to(on),
-                                             mb(mask) * present, mb(weights) * present,
-                                             **current_config())
+                                             on_mask, mb(weights) * present, **current_config())
         # each rank's loss is its part of one global sum; the trainers' gradients are averaged
         # (FSDP2's reduce-scatter every micro-batch: README, "What fits"; sync_grads under data
         # parallelism)
         (mb_loss * policy.ranks).backward()
         add_grads(policy.model, policy.logprobs.model)  # bf16 copy -> fp32 (no-op otherwise)
         sums["loss"] += mb_loss.detach()
-        sums["entropy"] += (entropy * mb(mask) * present).sum()
+        sums["entropy"] += (entropy * on_mask).sum()
         loss_stats.append(mb_stats)
     sync_grads(policy.model, policy.ranks)
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.model.parameters(), grad_clip, foreach=True)
@@ -336,9 +334,8 @@ def train_step(policy, groups, step, pad_id):
         grad_norm = grad_norm.full_tensor()
     # the loss's stats by name (loss.merge_stats):
     # sums, and maxima for names ending in _max, over trainers
-    peak = lambda key: key.endswith("_max")
-    sums.update({k: sum(s[k] for s in loss_stats) for k in loss_stats[0] if not peak(k)})
-    peaks = {k: max(s[k] for s in loss_stats) for k in loss_stats[0] if peak(k)}
+    peaks = {k: max(s[k] for s in loss_stats) for k in loss_stats[0] if k.endswith("_max")}
+    sums.update({k: sum(s[k] for s in loss_stats) for k in loss_stats[0] if k not in peaks})
     sums = distributed.all_reduce_sums(sums, peaks)
     entropy, lost = sums.pop("entropy"), sums.pop("loss")
     stats.update(loss.merge_stats([sums], entropy), loss=float(lost),
@@ -373,31 +370,27 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
               disable=not (layout.rank == 0 and sys.stderr.isatty())) as bar:
         while len(groups) < len(task.val_prompts):
             tokens += samplers.step()
-            for group in rollouts.collect(samplers.pop_finished()):
-                val_tokens += sum(sum(c.policy_mask) for c in group.completions)
-                groups.append(group)
-                bar.update()
+            new = rollouts.collect(samplers.pop_finished())
+            val_tokens += sum(sum(c.policy_mask) for g in new for c in g.completions)
+            groups += new
+            bar.update(len(new))
     prompts = [task.val_prompts[g.prompt_id[1]] for g in groups]
-    scores = iter(rewards.score([(p, data.decode(task, c.token_ids), c.finish_reason == "truncated")
-                                 for p, g in zip(prompts, groups) for c in g.completions],
-                                verify_timeout))
     # sums over samples and prompts, overall and per domain: the same keys on every rank
     ks = sorted({2 ** i for i in range(eval_samples.bit_length())}
                 | {eval_samples})  # 1, 2, 4, ..., n
     kinds = ("correct", "total", "prompts", "squares", "binomial", *(f"pass@{k}" for k in ks))
-    counts = {kind + d: 0.0 for kind in kinds for d in ["", *(f"_{d}" for d in task.domains)]}
-    for prompt, group in zip(prompts, groups):
-        passed = [next(scores) > 0 for _ in group.completions]
-        n, c = len(passed), sum(passed)
-        for key in ("", f"_{prompt.domain}"):
-            counts["correct" + key] += c
-            counts["total" + key] += n
-            counts["prompts" + key] += 1
-            counts["squares" + key] += (c / n) ** 2  # for the standard error over prompts
-            # p (1 - p) / n: the sampling's share
-            counts["binomial" + key] += c * (n - c) / n ** 2 / n
-            for k in ks:
-                counts[f"pass@{k}{key}"] += pass_at_k(n, c, k)
+    domains = ["", *(f"_{d}" for d in task.domains)]
+    counts = {kind + d: 0.0 for kind in kinds for d in domains}
+    score(groups, prompts, task)
+    for prompt, g in zip(prompts, groups):
+        n, c = len(g.rewards), sum(r > 0 for r in g.rewards)
+        # squares: for the standard error over prompts; binomial: p (1 - p) / n, the sampling's
+        # share
+        figures = (c, n, 1, (c / n) ** 2, c * (n - c) / n ** 2 / n,
+                   *(pass_at_k(n, c, k) for k in ks))
+        for d in ("", f"_{prompt.domain}"):
+            for kind, x in zip(kinds, figures):
+                counts[kind + d] += x
     if layout.role == "data_parallel":  # every rank evaluated its share
         counts = distributed.all_reduce_sums(counts)
     mean = counts["correct"] / counts["total"]
@@ -409,7 +402,7 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
     result = {"val_reward": mean, "val_reward_se": (spread / counts["prompts"]) ** 0.5,
               "val_sampling_se": counts["binomial"] ** 0.5 / counts["prompts"],
               "val_seconds": time.time() - started}
-    for d in ["", *(f"_{d}" for d in task.domains)] if len(task.domains) > 1 else [""]:
+    for d in domains if len(task.domains) > 1 else [""]:
         if d:
             result[f"val_reward{d}"] = counts[f"correct{d}"] / max(counts[f"total{d}"], 1)
         for k in ks:  # unbiased pass@k from the same samples (Chen et al. 2021), as peers log it
@@ -479,10 +472,10 @@ def run_follower(path, task, layout, pad_id, resume):
     return message[1]
 
 
-def master_parts(path, task, layout, state, step, max_len):
-    """The master's parts, resumed from `state` if any:
-    policy, curriculum, scheduler, samplers, slots."""
-    dp = layout.role == "data_parallel"
+def run_master(path, task, layout, state, logged, step, max_len, pad_id, config, stop):
+    """The master's life (a data-parallel rank's, the one process's): the curriculum, the scheduler
+    and the log, resumed from `state` if any -> (the exit code, the last step)."""
+    master, dp = layout.rank == 0, layout.role == "data_parallel"
     policy = make_policy(path, layout, resume=state is not None)
     if dp and state and state["world"] != layout.world:
         fail(f"the checkpoint was written by {state['world']} data-parallel ranks, this run has "
@@ -498,11 +491,95 @@ def master_parts(path, task, layout, state, step, max_len):
     rollouts = scheduler.Rollouts(curriculum, task.prompts, samples_per_prompt, local_prompts,
                                   max_lag, off_policy, requeue=mine["in_flight"])
     samplers = distributed.RemoteSamplers(layout, rank_timeout) if layout.samplers else \
-        sample.make_sampler(path, task, layout, step, max_len, current_config(), policy)
+        sample.make_sampler(path, task, layout, step, max_len, config, policy)
     samplers.version = step
     # every sampler's (scheduler.room: and a batch queued)
     slots = sampler_slots * max(layout.samplers, 1)
-    return policy, curriculum, rollouts, samplers, slots
+    n_params = sum(p.numel() for p in policy.model.parameters())
+    counters = state["counters"] if state else dict(train_seconds=0.0, flops=0.0, tokens=0)
+    code = any(p.code for p in task.prompts + task.val_prompts)
+    isolation = sandbox.isolation() if master and code else None  # what code rewards run under
+    log = (checkpoint.open_run(out_dir, config, layout, n_params, isolation, logged) if master
+           else None)
+    t_start = segment_start = time.time()  # the run's start, and its first training segment's
+    # this process's CPU time, validation included, a resumed run's earlier time too
+    cpu_start = time.process_time() - counters.get("cpu_seconds", 0.0)
+    generated = 0  # tokens decoded since a step last counted them
+    row, evaluate_row = checkpoint.first_row(state, logged, eval_interval)
+    # the step's row, for its log and checkpoint
+    unlogged, row = row is not None, row or state["row"]
+    last = stopping = save = False
+    saved_step = step if state else -1  # the step of out_dir's checkpoint
+    while True:
+        # a stop signal is read here, between steps (data-parallel ranks agree on it at the
+        # batch, below): the steps done are checkpointed, a validation not begun is left to the
+        # resumed run
+        stopping = stopping or (stop.name is not None and not dp)
+        if (save or stopping) and saved_step != step:  # before a validation that may take hours
+            checkpoint.save_run(out_dir, policy, task, layout, curriculum, rollouts,
+                                dict(step=step, counters=counters, config=config, row=row,
+                                     last=last))
+            saved_step = step
+        # evaluate (step 0, every eval_interval steps, the last) and log the step's row
+        if unlogged and not (stopping and evaluate_row):
+            if evaluate_row:
+                scores, generated = evaluate(samplers, rollouts, task, layout, policy, pad_id)
+                row.update(scores)
+            if log:
+                checkpoint.log_step(log, row, t_start)
+            unlogged = False
+            segment_start = time.time()  # validation and checkpoints are not training compute
+        if last or stopping or step >= max_steps:
+            break
+        # sample: new prompts within the lag bound, one engine step on every sampler,
+        # finished groups in
+        room = scheduler.room(slots, samplers.num_unfinished, samples_per_prompt, rollouts.P)
+        rollouts.hand_out(samplers, step, room)
+        generated += samplers.step()
+        rollouts.collect(samplers.pop_finished())
+        # a stop meanwhile (in a validation or this engine step): no step begins; the top
+        # checkpoints, its groups go out again on resume
+        if stop.name is not None and not dp:
+            continue
+        batch = rollouts.ready_batch(step)
+        if batch is None:  # every prompt retired (No-Positive-Resampling),
+                           # none decoding: stop (below)
+            last = rollouts.starved and not samplers.num_unfinished and not dp
+            continue
+        # reward: the verifier or the sandbox, and the curriculum's pass rates
+        reward_groups(batch, task, curriculum)
+        last = (step + 1 >= max_steps or rollouts.starved
+                or 0 < max_minutes * 60 < time.time() - t_start)
+        if dp:  # every rank brings its share:
+                # one batch, one stop decision (a signal's too), its tokens
+            batches, stops, decoded, signalled = zip(*distributed.gather_objects(
+                (batch, last, generated, stop.name is not None)))
+            batch = [g for share in batches for g in share]
+            last, generated, stopping = any(stops), sum(decoded), any(signalled)
+        save = last or (step + 1) % ckpt_interval == 0  # at the loop's top
+        # the followers train it too
+        for rank in range(1, layout.trainers) if layout.samplers else ():
+            layout.mailbox.send(rank, ("step", batch, step))
+        # train, then push the weights into every sampler, in flight
+        stats = train_step(policy, batch, step, pad_id)
+        step += 1
+        push_weights(policy, samplers, step, getattr(torch, sampler_dtype),
+                     weight_bucket_mb << 20)
+        row = checkpoint.count(counters, step, stats, generated, n_params, segment_start,
+                               cpu_start, layout.world)
+        unlogged, generated = True, 0
+        evaluate_row = step % eval_interval == 0 or last
+    if rollouts.starved and last and master:
+        print(f"every training prompt{' of a data-parallel share' if dp else ''} is retired by "
+              "No-Positive-Resampling: stopping")
+    # finished: a signal meanwhile changes nothing
+    done = not unlogged and (last or step >= max_steps)
+    exit_code = distributed.PREEMPTED if stopping and not done else 0
+    if layout.samplers:  # the last message to every other rank
+        samplers.stop(exit_code)
+    if log:
+        log.close()
+    return exit_code, step
 
 
 # -----------------------------------------------------------------------------
@@ -523,8 +600,7 @@ if __name__ == "__main__":
     layout = distributed.setup(n_samplers, rank_timeout, device, sampler)
     # a dead or silent peer: one line, exit 1
     sys.excepthook = distributed.rank_error_hook(layout.rank)
-    master, dp = layout.rank == 0, layout.role == "data_parallel"
-    if master:
+    if layout.rank == 0:
         print(json.dumps(config, indent=1))
         why = trainer_why if trainer_why == sampler_why else \
             f"trainer {trainer_why}; sampler {sampler_why}"
@@ -538,10 +614,10 @@ if __name__ == "__main__":
     load_path, state, logged = resumed or (base_path, None, None)
     step = state["step"] if state else 0
     task = load_task(load_path, layout)
-    pad_id = task.tokenizer.pad_token_id if task.tokenizer.pad_token_id is not None else 0
+    pad_id = task.tokenizer.pad_token_id or 0  # None: 0
     # room for the longest prompt, the thinking, the interruption phrase and the answer
-    longest = max(len(p.input_ids) for p in task.prompts + task.val_prompts)
-    max_len = longest + think_budget_max + answer_budget + len(data.interruption(task.tokenizer))
+    max_len = (max(len(p.input_ids) for p in task.prompts + task.val_prompts) + think_budget_max
+               + answer_budget + len(data.interruption(task.tokenizer)))
     if problem := memory.plan_run(load_path, layout, config, max_len):
         fail(problem)
 
@@ -552,97 +628,13 @@ if __name__ == "__main__":
             layout, rank_timeout)
     elif layout.role == "follower":  # train a share of each batch the master sends
         exit_code = run_follower(load_path, task, layout, pad_id, resume=state is not None)
-    else:  # the master, a data-parallel rank, or the one process:
-           # the curriculum, the scheduler, the log
-        policy, curriculum, rollouts, samplers, slots = master_parts(load_path, task, layout,
-                                                                     state, step, max_len)
-        n_params = sum(p.numel() for p in policy.model.parameters())
-        counters = state["counters"] if state else dict(train_seconds=0.0, flops=0.0, tokens=0)
-        code = any(p.code for p in task.prompts + task.val_prompts)
-        isolation = sandbox.isolation() if master and code else None  # what code rewards run under
-        log = (checkpoint.open_run(out_dir, config, layout, n_params, isolation, logged) if master
-               else None)
-        t_start = segment_start = time.time()  # the run's start, and its first training segment's
-        # this process's CPU time, validation included, a resumed run's earlier time too
-        cpu_start = time.process_time() - counters.get("cpu_seconds", 0.0)
-        generated = 0  # tokens decoded since a step last counted them
-        row, evaluate_row = checkpoint.first_row(state, logged, eval_interval)
-        # the step's row, for its log and checkpoint
-        unlogged, row = row is not None, row or state["row"]
-        last = stopping = save = False
-        saved_step = step if state else -1  # the step of out_dir's checkpoint
-        while True:
-            # a stop signal is read here, between steps (data-parallel ranks agree on it at the
-            # batch, below): the steps done are checkpointed, a validation not begun is left to the
-            # resumed run
-            stopping = stopping or (stop.name is not None and not dp)
-            if (save or stopping) and saved_step != step:  # before a validation that may take hours
-                checkpoint.save_run(out_dir, policy, task, layout, curriculum, rollouts,
-                                    dict(step=step, counters=counters, config=config, row=row,
-                                         last=last))
-                saved_step = step
-            # evaluate (step 0, every eval_interval steps, the last) and log the step's row
-            if unlogged and not (stopping and evaluate_row):
-                if evaluate_row:
-                    scores, generated = evaluate(samplers, rollouts, task, layout, policy, pad_id)
-                    row.update(scores)
-                if log:
-                    checkpoint.log_step(log, row, t_start)
-                unlogged = False
-                segment_start = time.time()  # validation and checkpoints are not training compute
-            if last or stopping or step >= max_steps:
-                break
-            # sample: new prompts within the lag bound, one engine step on every sampler,
-            # finished groups in
-            room = scheduler.room(slots, samplers.num_unfinished, samples_per_prompt, rollouts.P)
-            rollouts.hand_out(samplers, step, room)
-            generated += samplers.step()
-            rollouts.collect(samplers.pop_finished())
-            if stop.name is not None and not dp:  # a stop meanwhile (in a validation or this engine
-                continue  # step): no step begins; the top checkpoints, its groups go out again on resume
-            batch = rollouts.ready_batch(step)
-            if batch is None:  # every prompt retired (No-Positive-Resampling),
-                               # none decoding: stop (below)
-                last = rollouts.starved and not samplers.num_unfinished and not dp
-                continue
-            # reward: the verifier or the sandbox, and the curriculum's pass rates
-            reward_groups(batch, task, curriculum)
-            last = (step + 1 >= max_steps or rollouts.starved
-                    or 0 < max_minutes * 60 < time.time() - t_start)
-            if dp:  # every rank brings its share:
-                    # one batch, one stop decision (a signal's too), its tokens
-                shares = distributed.gather_objects((batch, last, generated, stop.name is not None))
-                batches, stops, decoded, signalled = zip(*shares)
-                batch, last, generated = ([g for share in batches for g in share], any(stops),
-                                          sum(decoded))
-                stopping = any(signalled)
-            save = last or (step + 1) % ckpt_interval == 0  # at the loop's top
-            # the followers train it too
-            for rank in range(1, layout.trainers) if layout.samplers else ():
-                layout.mailbox.send(rank, ("step", batch, step))
-            # train, then push the weights into every sampler, in flight
-            stats = train_step(policy, batch, step, pad_id)
-            step += 1
-            push_weights(policy, samplers, step, getattr(torch, sampler_dtype),
-                         weight_bucket_mb << 20)
-            row = checkpoint.count(counters, step, stats, generated, n_params, segment_start,
-                                   cpu_start, layout.world)
-            unlogged, generated = True, 0
-            evaluate_row = step % eval_interval == 0 or last
-        if rollouts.starved and last and master:
-            print(f"every training prompt{' of a data-parallel share' if dp else ''} is retired by "
-                  "No-Positive-Resampling: stopping")
-        # finished: a signal meanwhile changes nothing
-        done = not unlogged and (last or step >= max_steps)
-        exit_code = distributed.PREEMPTED if stopping and not done else 0
-        if layout.samplers:  # the last message to every other rank
-            samplers.stop(exit_code)
-        if log:
-            log.close()
+    else:  # the master, a data-parallel rank, or the one process
+        exit_code, step = run_master(load_path, task, layout, state, logged, step, max_len, pad_id,
+                                     config, stop)
     distributed.finish(layout)
     if exit_code:  # stopped by a signal:
                    # every rank exits with PREEMPTED, the master says how to go on
-        if master:
+        if layout.rank == 0:
             print(f"train.py: {stop.name or 'a stop signal'}: stopped after step {step}, "
                   f"checkpoint {os.path.join(out_dir, 'ckpt')}; to go on, run the same command "
                   "with --init_from=resume", file=sys.stderr, flush=True)
