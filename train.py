@@ -148,15 +148,15 @@ warn_truncation = 0.15         # warn once when a step's truncation rate passes 
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items()
                if k[0] != "_" and type(v) in (bool, int, float, str)]
-RULES = dict(agg=("prompt", "sample", "token"), adv_norm=("batch", "prompt", "none"),
-             length_control=("interrupt", "penalty"),
-             init_from=("scratch", "resume"), device=("cpu", "cuda"), sampler=("torch", "vllm"),
-             dtype=("float32", "bfloat16", "auto"), sampler_dtype=("float32", "bfloat16", "auto"),
-             samples_per_prompt=2, think_budget_min=1, rank_timeout=2.0, verify_timeout=0.1,
-             **dict.fromkeys(
-                 "prompts_per_step max_lag answer_budget eval_interval eval_samples "
-                 "ckpt_interval sampler_slots max_steps n_val weight_bucket_mb".split(), 1),
-             **dict.fromkeys(["micro_batch", "micro_batch_tokens", "n_train"], 0))
+RULES = dict(  # configurator.configure's rules: the allowed values, or the smallest number
+    agg=("prompt", "sample", "token"), adv_norm=("batch", "prompt", "none"),
+    length_control=("interrupt", "penalty"),
+    init_from=("scratch", "resume"), device=("cpu", "cuda"), sampler=("torch", "vllm"),
+    dtype=("float32", "bfloat16", "auto"), sampler_dtype=("float32", "bfloat16", "auto"),
+    samples_per_prompt=2, think_budget_min=1, rank_timeout=2.0, verify_timeout=0.1,
+    **dict.fromkeys("prompts_per_step max_lag answer_budget eval_interval eval_samples "
+                    "ckpt_interval sampler_slots max_steps n_val weight_bucket_mb".split(), 1),
+    **dict.fromkeys("micro_batch micro_batch_tokens n_train".split(), 0))
 
 
 def fail(message):
@@ -241,7 +241,7 @@ def collate(groups, advantages, pad_id):
     ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
     # (N, T-1): position t predicts token t+1,
     # so completion token j of a row sits at len(prompt)-1+j
-    behaviour, mask = torch.zeros(len(rows), T - 1), torch.zeros(len(rows), T - 1)
+    behaviour, mask = torch.zeros(2, len(rows), T - 1)
     prompt_index = torch.tensor([i for i, g in enumerate(groups) for _ in g.completions])
     for r, (prompt_ids, c) in enumerate(rows):
         n, k = len(prompt_ids), len(c.token_ids)
@@ -288,16 +288,17 @@ def train_step(policy, groups, step, pad_id):
     lags = [step - v for c in completions for v in c.versions]  # the trainer holds version `step`
     keep = (loss.zero_variance_mask(scores) if zero_var_filter
             else torch.ones(len(groups), dtype=torch.bool))
-    stats = dict(train_reward=scores.mean().item(),
-                 train_pass_rate=(scores > 0).float().mean().item(),
-                 lr=step_lr, truncation_rate=truncated / n,
-                 truncated_excluded=0 if train_truncated else truncated,
-                 interruption_rate=sum(c.interrupted for c in completions) / n,
-                 completion_tokens=sum(len(c.token_ids) for c in completions),
-                 policy_lag_mean=sum(lags) / len(lags), policy_lag_max=max(lags),
-                 # completions that received new weights mid-sequence
-                 inflight_update_frac=sum(len(set(c.versions)) > 1 for c in completions) / n,
-                 effective_prompts=int(keep.sum()))
+    stats = dict(
+        train_reward=scores.mean().item(),
+        train_pass_rate=(scores > 0).float().mean().item(),
+        lr=step_lr, truncation_rate=truncated / n,
+        truncated_excluded=0 if train_truncated else truncated,
+        interruption_rate=sum(c.interrupted for c in completions) / n,
+        completion_tokens=sum(len(c.token_ids) for c in completions),
+        policy_lag_mean=sum(lags) / len(lags), policy_lag_max=max(lags),
+        # completions that received new weights mid-sequence
+        inflight_update_frac=sum(len(set(c.versions)) > 1 for c in completions) / n,
+        effective_prompts=int(keep.sum()))
     kept = [g for g, k in zip(groups, keep.tolist()) if k]
     if not kept:  # every group was all-correct or all-wrong: nothing to learn from this batch
         return dict(stats, loss=0.0, grad_norm=0.0, skipped="no_signal", trained_tokens=0)
@@ -308,26 +309,25 @@ def train_step(policy, groups, step, pad_id):
     for param_group in policy.optimizer.param_groups:
         param_group["lr"] = step_lr
     on = next(policy.logprobs.parameters()).device
-    sums, loss_stats = dict(loss=0.0, entropy=0.0), []
+    loss_stats = []
     for rows in micro_batches(lengths, policy.rank, policy.ranks):
         # a rank short of rows still joins the collectives, with one weightless row
         present, rows = (1.0, rows) if len(rows) else (0.0, torch.zeros(1, dtype=torch.long))
         T = int(lengths[rows].max())
         mb = lambda x: x[rows, :T - 1].to(on)
-        logprobs, entropy = policy.logprobs(ids[rows, :T].to(on), temperature, fp32_head,
-                                            with_entropy=True)
+        logprobs, entropy = policy.logprobs(
+            ids[rows, :T].to(on), temperature, fp32_head, with_entropy=True)
         # the config holds loss_type and its knobs
         on_mask = mb(mask) * present
-        mb_loss, mb_stats = loss.policy_loss(logprobs, mb(behaviour), row_adv[rows].to(on),
-                                             on_mask, mb(weights) * present, **current_config())
+        mb_loss, mb_stats = loss.policy_loss(
+            logprobs, mb(behaviour), row_adv[rows].to(on), on_mask, mb(weights) * present,
+            **current_config())
         # each rank's loss is its part of one global sum; the trainers' gradients are averaged
         # (FSDP2's reduce-scatter every micro-batch: README, "What fits"; sync_grads under data
         # parallelism)
         (mb_loss * policy.ranks).backward()
         add_grads(policy.model, policy.logprobs.model)  # bf16 copy -> fp32 (no-op otherwise)
-        sums["loss"] += mb_loss.detach()
-        sums["entropy"] += (entropy * on_mask).sum()
-        loss_stats.append(mb_stats)
+        loss_stats.append(dict(mb_stats, loss=mb_loss.detach(), entropy=(entropy * on_mask).sum()))
     sync_grads(policy.model, policy.ranks)
     grad_norm = torch.nn.utils.clip_grad_norm_(policy.model.parameters(), grad_clip, foreach=True)
     if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
@@ -335,8 +335,8 @@ def train_step(policy, groups, step, pad_id):
     # the loss's stats by name (loss.merge_stats):
     # sums, and maxima for names ending in _max, over trainers
     peaks = {k: max(s[k] for s in loss_stats) for k in loss_stats[0] if k.endswith("_max")}
-    sums.update({k: sum(s[k] for s in loss_stats) for k in loss_stats[0] if k not in peaks})
-    sums = distributed.all_reduce_sums(sums, peaks)
+    sums = distributed.all_reduce_sums(
+        {k: sum(s[k] for s in loss_stats) for k in loss_stats[0] if k not in peaks}, peaks)
     entropy, lost = sums.pop("entropy"), sums.pop("loss")
     stats.update(loss.merge_stats([sums], entropy), loss=float(lost),
                  grad_norm=float(grad_norm), trained_tokens=int(lengths.sum()))
@@ -365,13 +365,13 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
     for i, prompt in enumerate(task.val_prompts):
         samplers.add(("val", i), prompt.input_ids, eval_samples,
                      (think_budget_min, think_budget_max))
-    groups, tokens, val_tokens = [], 0, 0
+    groups, tokens = [], 0  # tokens: the training groups', decoded meanwhile
     with tqdm(total=len(task.val_prompts), desc="validation", leave=False,
               disable=not (layout.rank == 0 and sys.stderr.isatty())) as bar:
         while len(groups) < len(task.val_prompts):
             tokens += samplers.step()
             new = rollouts.collect(samplers.pop_finished())
-            val_tokens += sum(sum(c.policy_mask) for g in new for c in g.completions)
+            tokens -= sum(sum(c.policy_mask) for g in new for c in g.completions)
             groups += new
             bar.update(len(new))
     prompts = [task.val_prompts[g.prompt_id[1]] for g in groups]
@@ -408,8 +408,8 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
         for k in ks:  # unbiased pass@k from the same samples (Chen et al. 2021), as peers log it
             result[f"val_pass@{k}{d}"] = counts[f"pass@{k}{d}"] / max(counts[f"prompts{d}"], 1)
     if groups and not policy.sharded:  # (a data-parallel rank may hold no held-out prompt)
-        ids, lengths, behaviour, mask, _, _ = collate(groups[:8], torch.zeros(8, eval_samples),
-                                                      pad_id)
+        ids, lengths, behaviour, mask, _, _ = collate(
+            groups[:8], torch.zeros(8, eval_samples), pad_id)
         # one forward within the trainer's caps (GPUs: 16k tokens)
         rows = micro_batches(lengths, 0, 1)[0]
         T, on = int(lengths[rows].max()), next(policy.model.parameters()).device
@@ -417,7 +417,7 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
         mb = lambda x: x[rows, :T - 1].to(on)
         result.update(loss.sampler_mismatch(logprobs, mb(behaviour), mb(mask)))
     memory.release()  # the validation's KV cache rows, freed, back to the OS
-    return result, tokens - val_tokens
+    return result, tokens
 
 
 # -----------------------------------------------------------------------------
@@ -426,8 +426,7 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
 def tiny_model():
     """The built-in task's base model directory,
     built once by data/builtin/prepare.py (~1 minute)."""
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "builtin",
-                          "prepare.py")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data/builtin/prepare.py")
     prepare = subprocess.run([sys.executable, script, f"--seed={data_seed}", "--measure=False"],
                              stdout=subprocess.PIPE, text=True)
     if prepare.returncode:
@@ -439,8 +438,9 @@ def load_task(path, layout):
     """The task; a data-parallel rank keeps every world-th prompt
     (its curriculum, its validation share)."""
     try:
-        task = data.load_task(data_path, path, n_train, n_val, data_seed, prompt_field or None,
-                              answer_field, prompt_template, sandbox_unsafe)
+        task = data.load_task(
+            data_path, path, n_train, n_val, data_seed, prompt_field or None, answer_field,
+            prompt_template, sandbox_unsafe)
     except data.DataError as e:
         fail(str(e))
     share = (slice(layout.rank, None, layout.world) if layout.role == "data_parallel"
@@ -449,12 +449,13 @@ def load_task(path, layout):
 
 
 def make_policy(path, layout, resume=False):
-    """The trainer's Policy (policy.py):
-    sharded by FSDP2 when 2+ trainers sit beside sampler ranks."""
+    """The trainer's Policy (policy.py): sharded by FSDP2 when 2+ trainers sit beside sampler
+    ranks."""
     sharded = layout.trainers > 1 and layout.samplers > 0
-    return load_policy(path, layout.device, layout.trainer_rank, layout.trainers, sharded,
-                       getattr(torch, dtype), checkpoint_activations, resume, lr=lr,
-                       betas=(beta1, beta2), eps=adam_eps, weight_decay=weight_decay)
+    return load_policy(
+        path, layout.device, layout.trainer_rank, layout.trainers, sharded, getattr(torch, dtype),
+        checkpoint_activations, resume, lr=lr, betas=(beta1, beta2), eps=adam_eps,
+        weight_decay=weight_decay)
 
 
 def run_follower(path, task, layout, pad_id, resume):
@@ -480,16 +481,17 @@ def run_master(path, task, layout, state, logged, step, max_len, pad_id, config,
     if dp and state and state["world"] != layout.world:
         fail(f"the checkpoint was written by {state['world']} data-parallel ranks, this run has "
              f"{layout.world}")
-    curriculum = data.Curriculum(len(task.prompts), seed + layout.rank, npr, npr_threshold,
-                                 [p.domain for p in task.prompts], [p.weight for p in task.prompts])
-    mine = (state["shares"][layout.rank if dp else 0] if state
-            else dict(curriculum=None, in_flight=[]))
-    if mine["curriculum"]:
+    curriculum = data.Curriculum(
+        len(task.prompts), seed + layout.rank, npr, npr_threshold,
+        [p.domain for p in task.prompts], [p.weight for p in task.prompts])
+    mine = state["shares"][layout.rank if dp else 0] if state else dict(in_flight=[])
+    if mine.get("curriculum"):
         curriculum.load_state_dict(mine["curriculum"])
     # the groups it brings
     local_prompts = prompts_per_step // layout.world if dp else prompts_per_step
-    rollouts = scheduler.Rollouts(curriculum, task.prompts, samples_per_prompt, local_prompts,
-                                  max_lag, off_policy, requeue=mine["in_flight"])
+    rollouts = scheduler.Rollouts(
+        curriculum, task.prompts, samples_per_prompt, local_prompts, max_lag, off_policy,
+        requeue=mine["in_flight"])
     samplers = distributed.RemoteSamplers(layout, rank_timeout) if layout.samplers else \
         sample.make_sampler(path, task, layout, step, max_len, config, policy)
     samplers.version = step
@@ -516,9 +518,8 @@ def run_master(path, task, layout, state, logged, step, max_len, pad_id, config,
         # resumed run
         stopping = stopping or (stop.name is not None and not dp)
         if (save or stopping) and saved_step != step:  # before a validation that may take hours
-            checkpoint.save_run(out_dir, policy, task, layout, curriculum, rollouts,
-                                dict(step=step, counters=counters, config=config, row=row,
-                                     last=last))
+            checkpoint.save_run(out_dir, policy, task, layout, curriculum, rollouts, dict(
+                step=step, counters=counters, config=config, row=row, last=last))
             saved_step = step
         # evaluate (step 0, every eval_interval steps, the last) and log the step's row
         if unlogged and not (stopping and evaluate_row):
@@ -565,8 +566,8 @@ def run_master(path, task, layout, state, logged, step, max_len, pad_id, config,
         step += 1
         push_weights(policy, samplers, step, getattr(torch, sampler_dtype),
                      weight_bucket_mb << 20)
-        row = checkpoint.count(counters, step, stats, generated, n_params, segment_start,
-                               cpu_start, layout.world)
+        row = checkpoint.count(
+            counters, step, stats, generated, n_params, segment_start, cpu_start, layout.world)
         unlogged, generated = True, 0
         evaluate_row = step % eval_interval == 0 or last
     if rollouts.starved and last and master:
@@ -629,8 +630,8 @@ if __name__ == "__main__":
     elif layout.role == "follower":  # train a share of each batch the master sends
         exit_code = run_follower(load_path, task, layout, pad_id, resume=state is not None)
     else:  # the master, a data-parallel rank, or the one process
-        exit_code, step = run_master(load_path, task, layout, state, logged, step, max_len, pad_id,
-                                     config, stop)
+        exit_code, step = run_master(
+            load_path, task, layout, state, logged, step, max_len, pad_id, config, stop)
     distributed.finish(layout)
     if exit_code:  # stopped by a signal:
                    # every rank exits with PREEMPTED, the master says how to go on
