@@ -67,7 +67,7 @@ Task = namedtuple("Task", "prompts val_prompts tokenizer eos_ids domains")
 # -----------------------------------------------------------------------------
 # the built-in task, and JSONL rows
 
-def make_problem(rng, min_terms=2, max_terms=12, max_term=3):
+def make_problem(rng, min_terms, max_terms, max_term):  # TINY_TASK's
     """-> (prompt text, answer, terms), e.g. ("a3b0c2", "5", [3, 0, 2])."""
     terms = [rng.randint(0, max_term) for _ in range(rng.randint(min_terms, max_terms))]
     return "".join(f"{LETTERS[i]}{t}" for i, t in enumerate(terms)), str(sum(terms) % 10), terms

@@ -14,7 +14,6 @@ import json
 import queue
 import re
 import select
-import subprocess
 import sys
 import unicodedata
 from collections import namedtuple
@@ -22,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from functools import lru_cache
 from itertools import accumulate
+from subprocess import DEVNULL, PIPE, Popen
 
 import judge
 
@@ -102,7 +102,7 @@ CLAUSE_END = re.compile(r"(?<=[.!?;])\s+(?=[^\W\d_])|\n")  # a sentence ends bef
 MATH_SPAN = re.compile(r"\$+([^$]+)\$+|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 UNWRAP = re.compile(r"\\(?:text|textbf|textrm|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
 THIN = "\u2009\u202f\u00a0\u2007"  # thin and no-break spaces: separators between digit groups
-SEPARATOR = re.compile(r"(?<=\d)(?:\{,\}|\\[,!;: ]|[\u2009\u202f\u00a0\u2007'])(?=\d{3}(?!\d))")
+SEPARATOR = re.compile(r"(?<=\d)(?:\{,\}|\\[,!;: ]|[" + THIN + r"'])(?=\d{3}(?!\d))")
 FRAC = re.compile(r"(-?)\\[dt]?frac\s*(?:\{\s*(-?\d+)\s*\}|(\d))\s*(?:\{\s*(-?\d+)\s*\}|(\d))")
 # formatting that is not the answer: $ and \$, \( \) \[ \], \left \right, LaTeX spaces, degrees, braces,
 # **bold**
@@ -115,12 +115,11 @@ TOKEN = re.compile(r"""(?P<ratio>-?\d+/-?\d+(?![\d.,/]))
 SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12,
           "dozen": 12}
 # words that offer another answer, and those that bound or approximate one: not an exact answer
-HEDGES = {"or", "not", "maybe", "perhaps", "probably", "possibly", "likely", "might", "although",
-          "though", "alternatively", "otherwise", "unless"}
-QUALIFIERS = HEDGES | {"than", "least", "most", "more", "less", "fewer", "over", "under", "about",
-                       "around", "approximately", "approx", "roughly", "nearly", "almost", "circa", "ca",
-                       "up", "estimated", "ish", "half", "twice", "double", "triple", "squared",
-                       "cubed"}
+HEDGES = set("or not maybe perhaps probably possibly likely might although though alternatively"
+             " otherwise unless".split())
+QUALIFIERS = HEDGES | set("than least most more less fewer over under about around approximately"
+                          " approx roughly nearly almost circa ca up estimated ish half twice double"
+                          " triple squared cubed".split())
 SUPERSCRIPTS = str.maketrans({c: f"^{d}" for d, c in enumerate("⁰¹²³⁴⁵⁶⁷⁸⁹")} | {"⁻": "^-"})
 TOWER = re.compile(r"\^\s*(?:\{[^{}]*\^|\(?[\w.]+\)?\s*\^|\{?\s*\d{4,})|\*\*\s*\(?(?:[\w.]+\)?\s*\*\*|\d{4,})"
                    r"|\d{3,}\s*!|\d{25,}")
@@ -315,8 +314,8 @@ class Verifier:
 
     def __call__(self, gold, expression, timeout):
         if self.proc is None:
-            self.proc = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+            self.proc = Popen([sys.executable, "-c", WORKER], stdin=PIPE, stdout=PIPE, stderr=DEVNULL,
+                              bufsize=0)
             if self.line(120) != b"ready":
                 self.stop()
                 raise RuntimeError("rewards.py: math-verify's worker did not start (pip install math-verify)")
