@@ -53,9 +53,8 @@ FENCE = re.compile(r"^```[ \t]*([\w+-]*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DO
 
 
 def extract_program(prompt, completion_text):
-    """A code completion's program: the last fenced block (fences on their own lines) of its final answer
-    that is code: labelled python (py, python3), or unlabelled and not only values (`[1, 2, 3]` or `True`
-    below a program is its example output); None when there is none."""
+    """A code completion's program, or None: its final answer's last fenced block that is code:
+    labelled python, or unlabelled and not just values (`[1, 2, 3]` below a program: its output)."""
     def is_code(language, body):
         try:
             return language.lower() in ("python", "py", "python3") or language == "" and not all(
@@ -244,7 +243,7 @@ def alone(rest):
     # True when the rest of the answer's clause offers no other answer: a hedge ('or 46 if ...',
     # 'although 8 is possible', 'maybe six') offers a second; the question's own numbers ('costs
     # \boxed{4} dollars more than 2 bagels') and working ('since 48 + 24 = 72') do not
-    return not HEDGES & {m[0].lower() for m in TOKEN.finditer(normalise(rest)) if m["word"]}
+    return not HEDGES & {m[0].lower() for m in TOKEN.finditer(normalise(rest))}  # words only match
 
 
 def restates(later, value):
@@ -480,8 +479,8 @@ KINDS = dict(
 # rewards
 
 def reward(prompt, completion_text, timeout=TIMEOUT, cut=False):
-    """+1.0 | -1.0 for one completion of a prompt of any kind: -1 for thinking never closed, else the
-    verdict of the prompt's kind (KINDS) on the text after thinking (cut: by the length cap)."""
+    """+1.0 | -1.0 for one completion: -1 for thinking never closed, else its prompt's kind's verdict
+    (KINDS) on the text after thinking (cut: by the length cap)."""
     text = scored_text(prompt, completion_text, cut)
     return -1.0 if text is None else KINDS[prompt.kind].reward(prompt, text, completion_text, timeout)
 
