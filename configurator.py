@@ -1,7 +1,7 @@
 """nanoGPT's configurator, strict, for every entry point: config files (plain assignments,
-config/*.py) and --key=value override the defaults in order
-(python train.py config/scalerl_1gpu.py --lr=1e-6). An unknown key, a value of the wrong type or
-outside its allowed values: one line on stderr and exit code 2, no work.
+config/*.py) and --key=value override the defaults in order (python train.py
+config/scalerl_1gpu.py --lr=1e-6). A key unknown, a value of the wrong type or not allowed: one
+line on stderr, exit code 2, no work.
 """
 
 import os
@@ -16,10 +16,8 @@ def fail(program, message):
 
 
 def configure(defaults, args, program, rules=None):
-    """defaults {key: value} (a value's type is its key's type),
-    args (config files, --key=value: in order),
-    rules {key: a tuple of the allowed values, or the smallest allowed number}
-    -> a new dict, checked."""
+    """defaults {key: value, its type the key's}, args (config files, --key=value: in order),
+    rules {key: a tuple of the allowed values, or the smallest allowed number} -> a new dict."""
     config = dict(defaults)
     for arg in args:
         if arg.startswith("--"):
@@ -31,19 +29,18 @@ def configure(defaults, args, program, rules=None):
             except (ValueError, SyntaxError):
                 value = text  # a bare string: --out_dir=out-dapo
             items = {key: value}
+        elif not os.path.isfile(arg):
+            fail(program, f"{arg}: no such config file")
         else:
-            if not os.path.isfile(arg):
-                fail(program, f"{arg}: no such config file")
             exec(open(arg).read(), namespace := {})
             items = {k: v for k, v in namespace.items() if not k.startswith("_")}
         for key, value in items.items():
             if key not in config:
-                fail(program,
-                     f"{arg}: unknown config key {key!r}; valid keys: {', '.join(config)}")
-            value = (float(value) if type(config[key]) is float and type(value) is int
-                     else value)  # 1 -> 1.0
-            if type(value) is not type(config[key]):
-                fail(program, f"{arg}: {key} must be {type(config[key]).__name__}, got {value!r}")
+                fail(program, f"{arg}: unknown config key {key!r}; valid keys: {', '.join(config)}")
+            wanted = type(config[key])
+            value = float(value) if wanted is float and type(value) is int else value  # 1 -> 1.0
+            if type(value) is not wanted:
+                fail(program, f"{arg}: {key} must be {wanted.__name__}, got {value!r}")
             config[key] = value
     for key, allowed in (rules or {}).items():
         value = config[key]
@@ -51,5 +48,5 @@ def configure(defaults, args, program, rules=None):
             fail(program, f"{key}={value!r}: must be one of {', '.join(map(str, allowed))}")
         if not isinstance(allowed, tuple) and value < allowed:
             fail(program, f"{key}={value!r}: must be >= {allowed}"
-                          + " (0: no limit)" * (allowed == 0))
+                 + " (0: no limit)" * (allowed == 0))
     return config

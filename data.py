@@ -58,8 +58,8 @@ class Prompt:
 
     def __post_init__(self):
         # a Prompt made by hand (a test, a benchmark) names no kind: its fields give it
-        self.kind = self.kind or ("code" if self.code else
-                                  "builtin" if self.domain == "builtin" else "math")
+        self.kind = self.kind or (
+            "code" if self.code else "builtin" if self.domain == "builtin" else "math")
 
 
 Task = namedtuple("Task", "prompts val_prompts tokenizer eos_ids domains")
@@ -67,7 +67,7 @@ Task = namedtuple("Task", "prompts val_prompts tokenizer eos_ids domains")
 # -----------------------------------------------------------------------------
 # the built-in task, and JSONL rows
 
-def make_problem(rng, min_terms=2, max_terms=12, max_term=3):
+def make_problem(rng, min_terms, max_terms, max_term):  # TINY_TASK's
     """-> (prompt text, answer, terms), e.g. ("a3b0c2", "5", [3, 0, 2])."""
     terms = [rng.randint(0, max_term) for _ in range(rng.randint(min_terms, max_terms))]
     return "".join(f"{LETTERS[i]}{t}" for i, t in enumerate(terms)), str(sum(terms) % 10), terms
@@ -118,8 +118,8 @@ def json_int(digits):
 
 
 def read_row(line, path, prompt_field, answer_field):
-    """A line of the JSONL file at path -> dict(text, answer, code, domain, kind) as its kind
-    (row_kind) reads it, or a ValueError naming the field."""
+    """A line of the JSONL file at path -> dict(text, answer, code, domain, kind), read by its kind
+    (row_kind), or a ValueError naming the field."""
     try:
         row = json.loads(line, parse_int=json_int)
     except json.JSONDecodeError as e:
@@ -241,8 +241,8 @@ def decode(task, token_ids):
 
 
 def parse_data_path(data_path):
-    """"math.jsonl:2,code.jsonl:1" -> [("math.jsonl", 2.0), ("code.jsonl", 1.0)];
-    no weights: None each."""
+    """"a.jsonl:2,b.jsonl:1" -> [("a.jsonl", 2.0), ("b.jsonl", 1.0)]; no weights: None each."""
+    bad = lambda message: DataError(f"data_path={data_path!r}: {message}")
     sources = []
     for entry in map(str.strip, data_path.split(",")):
         path, _, weight = entry.rpartition(":")
@@ -251,23 +251,21 @@ def parse_data_path(data_path):
         except ValueError:  # no weight (or a ':' inside the path)
             path, weight = entry, None
         if not path:
-            raise DataError(f"data_path={data_path!r}: an empty entry")
+            raise bad("an empty entry")
         if weight is not None and not 0 < weight < float("inf"):
-            raise DataError(
-                f"data_path={data_path!r}: the weight of {path} must be a positive number")
+            raise bad(f"the weight of {path} must be a positive number")
         sources.append((path, weight))
     if len({weight is None for _, weight in sources}) > 1:
-        raise DataError(f"data_path={data_path!r}: give every dataset a weight, or none")
+        raise bad("give every dataset a weight, or none")
     if len({path for path, _ in sources}) < len(sources):
-        raise DataError(f"data_path={data_path!r}: a dataset appears twice")
+        raise bad("a dataset appears twice")
     return sources
 
 
-def load_task(data_path, model_path, n_train, n_val, seed=0, prompt_field=None,
-              answer_field="answer", template="{problem}", unsafe=False):
-    """-> split_task's Task, eos_ids with the model's end-of-turn ids (Qwen has 2)."""
-    task = split_task(data_path, load_tokenizer(model_path), n_train, n_val, seed, prompt_field,
-                      answer_field, template, unsafe)
+def load_task(data_path, model_path, *args, **kwargs):
+    """split_task's Task with the model directory's tokenizer, eos_ids with the model's end-of-turn
+    ids (Qwen has 2)."""
+    task = split_task(data_path, load_tokenizer(model_path), *args, **kwargs)
     if os.path.isfile(os.path.join(model_path, "generation_config.json")):
         from transformers import GenerationConfig
         eos = GenerationConfig.from_pretrained(model_path).eos_token_id

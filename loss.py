@@ -1,20 +1,16 @@
 """
-The ScaleRL objective, in plain functions (ScaleRL = Khatri et al. 2025, arXiv 2510.13786,
-sec. 3-4).
+The ScaleRL objective in plain functions (Khatri et al. 2025, arXiv 2510.13786, sec. 3-4); top to
+bottom, one training step's math:
 
-Read top to bottom, this is one training step's math:
-
-    zero_variance_mask  drop prompt groups whose G rewards are all equal
-    group_advantages    centre by the group mean, normalise (batch | prompt | none)
-    token_weights       the aggregation (prompt | sample | token) as one weight per token
-    policy_loss         CISPO (default) | DAPO | GSPO | GRPO (LOSSES), plus the diagnostics the
-                        log needs
+  zero_variance_mask  drop prompt groups whose G rewards are all equal
+  group_advantages    centre by the group mean, normalise (batch | prompt | none)
+  token_weights       the aggregation (prompt | sample | token) as one weight per token
+  policy_loss         CISPO (default) | DAPO | GSPO | GRPO (LOSSES), and the log's diagnostics
 
 Its inputs: the trainer's log-probs of the sampled tokens (head.token_logprobs: the fp32 LM head,
-/ temperature) and the sampler's, recorded as each token was drawn.
-Shapes: P prompt groups, G completions each, N = rows of a (micro-)batch, T = tokens per row.
-Completion rows are right-padded, so a causal model needs no attention mask for them.
-Every per-token tensor is aligned with the *predicted* token: position t holds
+/ temperature) and the sampler's, recorded as each token was drawn. Shapes: P prompt groups, G
+completions each, N rows of a (micro-)batch, T tokens a row, right-padded (a causal model needs no
+attention mask). A per-token tensor is aligned with the *predicted* token: position t holds
 log p(x[t+1] | x[:t+1]).
 """
 
@@ -27,19 +23,17 @@ import torch
 # advantages
 
 def zero_variance_mask(rewards):
-    """(P, G) rewards -> (P,) bool: True for groups that carry signal (not all G rewards equal).
+    """(P, G) rewards -> (P,) bool: True for groups that carry signal (not all G rewards equal);
     ScaleRL drops the others from the loss and does not resample to refill the batch."""
     return (rewards != rewards[:, :1]).any(dim=1)
 
 
 def group_advantages(rewards, adv_norm="batch", eps=1e-6):
-    """(P, G) rewards of the groups that survived filtering -> (P, G) advantages.
-
-    Centre each reward by its group's mean (GRPO's baseline), then normalise:
-      batch  (ScaleRL default): divide by the std of all centred advantages in the batch, taken
-             after zero-variance filtering, + 1e-6 (ours: population std, eps added to the std);
-      prompt (GRPO): divide by the group's own std + eps;
-      none   (Dr. GRPO): leave them centred."""
+    """(P, G) rewards of the groups that survived filtering -> (P, G) advantages: each reward less
+    its group's mean (GRPO's baseline), divided by
+      batch  (ScaleRL default): the population std of all the centred rewards + eps (ours);
+      prompt (GRPO): its group's std + eps;
+      none   (Dr. GRPO): nothing."""
     centred = rewards - rewards.mean(dim=1, keepdim=True)
     if adv_norm == "batch":
         return centred / (centred.std(correction=0) + eps)
@@ -53,14 +47,12 @@ def group_advantages(rewards, adv_norm="batch", eps=1e-6):
 # aggregation: one weight per token, summing to 1 over the whole batch
 
 def token_weights(mask, prompt_index, agg="prompt"):
-    """(N, T) loss mask, (N,) prompt index of each row -> (N, T) weights that sum to 1.
-
-    The loss is sum(per_token_loss * weights). Building the weights once for the whole batch
-    keeps every denominator global, so micro-batches (and trainer ranks) just add up their parts:
-      prompt (ScaleRL): each of the P prompts weighs 1/P; inside a prompt, every unmasked token of
-              its G completions weighs the same: 1 / (P * tokens of the prompt's group);
-      sample: each of the N completions weighs 1/N; its tokens share that equally (GRPO);
-      token:  every unmasked token of the batch weighs the same (DAPO)."""
+    """(N, T) loss mask, (N,) prompt index of each row -> (N, T) weights that sum to 1 over the
+    whole batch (the loss is sum(per_token_loss * weights)), so micro-batches and trainer ranks
+    just add up their parts:
+      prompt (ScaleRL): each of the P prompts weighs 1/P, shared equally by its group's tokens;
+      sample (GRPO): each of the N completions weighs 1/N, shared equally by its tokens;
+      token  (DAPO): every unmasked token of the batch weighs the same."""
     mask = mask.float()
     if agg == "token":
         return mask / mask.sum().clamp(min=1)
@@ -87,8 +79,7 @@ def cispo(ratio, log_ratio, logprobs, A, mask, eps_max=4.0):
 
 
 def dapo(ratio, log_ratio, logprobs, A, mask, clip_low=0.2, clip_high=0.28):
-    """PPO's surrogate min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A), clipped asymmetrically
-    (DAPO)."""
+    """DAPO: PPO's surrogate min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A), asymmetric."""
     per_token = -torch.min(ratio * A, torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * A)
     # the tokens whose gradient the clip zeroes: rho above 1 + high with A > 0, below 1 - low
     # with A < 0
@@ -101,8 +92,7 @@ def grpo(ratio, log_ratio, logprobs, A, mask, clip_low=0.2):
 
 
 def gspo(ratio, log_ratio, logprobs, A, mask, gspo_low=3e-3, gspo_high=5e-3):
-    """GSPO: the surrogate on the length-normalised sequence ratio s = exp(mean_t log rho); a
-    sequence is clipped whole or not at all."""
+    """GSPO: the surrogate on the sequence ratio exp(mean_t log rho), clipping a sequence whole."""
     # (N, 1); grad: the tokens' mean
     seq_ratio = (log_ratio.sum(1) / mask.sum(1).clamp(min=1)).exp()[:, None]
     per_token, clipped = dapo(seq_ratio, None, logprobs, A, mask, gspo_low, gspo_high)
@@ -122,8 +112,7 @@ LOSSES = dict(cispo=cispo, dapo=dapo, gspo=gspo, grpo=grpo)
 # config key; 'none' is ScaleRL as the paper runs it.
 
 def tis(log_ratio, mask, tis_cap=2.0):
-    """Token-level truncated IS: a token's ratio counts at most tis_cap
-    (CISPO: min(rho, cap, eps_max))."""
+    """Token-level truncated IS: a ratio counts at most tis_cap (CISPO: min(rho, cap, eps_max))."""
     return -torch.relu(log_ratio - math.log(tis_cap))
 
 
@@ -134,8 +123,7 @@ def icepop(log_ratio, mask, icepop_low=0.5, icepop_high=2.0):
 
 
 def geo_mask(log_ratio, mask, geo_low=0.99, geo_high=1.01):
-    """A sequence whose geometric-mean ratio exp(mean_t log rho) leaves [geo_low, geo_high] is
-    dropped whole."""
+    """A sequence whose ratio exp(mean_t log rho) leaves [geo_low, geo_high] is dropped whole."""
     mean = log_ratio.sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1)
     out = (mean < math.log(geo_low)) | (mean > math.log(geo_high))
     return torch.where(out, -math.inf, 0.0).expand_as(log_ratio)
@@ -162,8 +150,8 @@ def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss_ty
     # config): each function takes those its parameters name
     # stats: the log's names -> detached sums over this (micro-)batch's tokens (means once
     # merge_stats has divided by the step's tokens), or maxima for names ending in _max
-    assert logprobs.shape == behaviour_logprobs.shape == mask.shape == weights.shape, \
-        (logprobs.shape, behaviour_logprobs.shape, mask.shape, weights.shape)
+    shapes = [t.shape for t in (logprobs, behaviour_logprobs, mask, weights)]
+    assert len(set(shapes)) == 1, shapes
     assert logprobs.dtype == behaviour_logprobs.dtype == torch.float32, "log-probs must be fp32"
     for name, table, key in (("loss_type", LOSSES, loss_type),
                              ("is_correction", IS_CORRECTIONS, is_correction)):
@@ -194,8 +182,8 @@ def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss_ty
 
 
 def merge_stats(stats_list, entropy_sum=0.0):
-    """The policy_loss stats of a step's micro-batches -> the log's values: maxima for names ending
-    in _max, the other sums divided by the step's tokens."""
+    """A step's micro-batches' policy_loss stats -> the log's values: maxima for names ending in
+    _max, the other sums divided by the step's tokens."""
     tokens = max(float(sum(s["tokens"] for s in stats_list)), 1.0)  # the sync point: once per step
     merged = {k: max(float(s[k]) for s in stats_list) if k.endswith("_max") else
               float(sum(s[k] for s in stats_list)) / tokens for k in stats_list[0] if k != "tokens"}
@@ -204,8 +192,7 @@ def merge_stats(stats_list, entropy_sum=0.0):
 
 @torch.no_grad()
 def sampler_mismatch(logprobs, behaviour_logprobs, mask):
-    """The generator/trainer numeric mismatch (what the FP32 head removes, ScaleRL sec. 3.3), at
-    lag 0."""
+    """The sampler/trainer numeric mismatch at lag 0 (what the FP32 head cuts, ScaleRL sec. 3.3)."""
     # on completions that one version of the weights sampled whole (validation's: no staleness) ->
     # dict(lag0_tokens, logprob_mismatch_lag0: mean |log pi - log pi_gen|,
     # kl_lag0: mean rho - 1 - log rho)

@@ -1,12 +1,11 @@
 """
-Rewards: +1 for a solved problem, -1 for anything else (ScaleRL), in every domain: the built-in task's digit,
-a math problem's final answer, a program's tests (judge.py). A policy optimises whatever a reward pays for
-(RL found `12 / 2 =` paid for gold 6 within half an hour here), so the math reward is written against an
-adversary (ours, after verl's string match and PRM800K's grader; README's "Your own model and data"): one
-final answer, a hedge is -1; numeric gold wants a literal compared exactly; symbolic gold gets math-verify,
-decimals taken exactly, costly answers refused before parsing and the rest under a wall-clock limit that holds
-in any thread. The text scored: after the last </think>; all of it when no thinking was opened; -1 when
-thinking was opened and never closed.
+Rewards: +1 for a solved problem, -1 for anything else (ScaleRL): the built-in task's digit, a math
+problem's final answer, a program's tests (judge.py). A policy optimises whatever a reward pays for (RL
+found `12 / 2 =` paid for gold 6 within half an hour here), so the math reward is written against an
+adversary (ours, after verl's string match and PRM800K's grader; README's "Your own model and data"):
+one final answer, a hedge is -1; numeric gold wants a literal compared exactly; symbolic gold gets
+math-verify, decimals taken exactly, costly answers refused before parsing and the rest under a
+wall-clock limit that holds in any thread.
 
     python benchmarks/rewards.py     # 256 adversarial answers and 256 honest ones, timed
 """
@@ -15,7 +14,6 @@ import json
 import queue
 import re
 import select
-import subprocess
 import sys
 import unicodedata
 from collections import namedtuple
@@ -23,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from functools import lru_cache
 from itertools import accumulate
+from subprocess import DEVNULL, PIPE, Popen
 
 import judge
 
@@ -34,18 +33,18 @@ TIMEOUT = 2.0          # seconds math-verify may spend on one symbolic answer, i
 WORKERS = 2            # verify_timeout); math-verify's worker processes
 
 
-def scored_text(prompt, completion_text, cut=False):
-    """The text after a completion's last </think>; all of it when no thinking was opened; None when thinking
-    was opened (by the prompt or the completion) and never closed. A text the length cap cut has not
-    concluded: it is read up to its last finished line or sentence (its last 15 may have been 150), and
-    has an answer only if it stated one explicitly there (a closed box, an answer marker, a closed block)."""
+def scored_text(prompt, completion, cut=False):
+    """The text after the completion's last </think>; all of it when no thinking was opened; None when
+    thinking was opened (by the prompt or the completion) and never closed. A text cut by the length cap
+    is read up to its last finished line or sentence (its last 15 may have been 150), and is "" unless
+    it answers explicitly there (a closed box, an answer marker, a closed block)."""
     if cut:
-        ends = list(CLAUSE_END.finditer(completion_text))
-        completion_text = completion_text[:ends[-1].start()] if ends else ""
-    if THINK_END in completion_text:
-        text = completion_text.rsplit(THINK_END, 1)[1].strip().removesuffix("<eos>").strip()
+        ends = list(CLAUSE_END.finditer(completion))
+        completion = completion[:ends[-1].start()] if ends else ""
+    if THINK_END in completion:
+        text = completion.rsplit(THINK_END, 1)[1].strip().removesuffix("<eos>").strip()
     else:
-        text = None if prompt.opens_thinking or THINK_START in completion_text else completion_text
+        text = None if prompt.opens_thinking or THINK_START in completion else completion
     explicit = text is not None and (boxed(text)[0] or MARKER.search(text) or FENCE.search(text))
     return text if explicit or not cut else ""
 
@@ -54,14 +53,12 @@ FENCE = re.compile(r"^```[ \t]*([\w+-]*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DO
 
 
 def extract_program(prompt, completion_text):
-    """A code completion's program: the last fenced block of its final answer that is code, fences on
-    their own lines: labelled python (py, python3), or unlabelled and a Python program (not only values:
-    `[1, 2, 3]` or `True` below a program is its example output); None when there is none."""
+    """A code completion's program, or None: its final answer's last fenced block that is code:
+    labelled python, or unlabelled and not just values (`[1, 2, 3]` below a program: its output)."""
     def is_code(language, body):
-        if language.lower() in ("python", "py", "python3"):
-            return True
         try:
-            return language == "" and not all(map(literal, ast.parse(body).body))
+            return language.lower() in ("python", "py", "python3") or language == "" and not all(
+                map(literal, ast.parse(body).body))
         except (SyntaxError, ValueError, MemoryError, RecursionError):
             return False
     def literal(statement):  # output is a value: 6, [1, 2, 3], True, {'a': 1}
@@ -103,7 +100,8 @@ MARKER = re.compile(r"(?i)\b(?:final\s+)?answer\s*(?:(?:is|would\s+be|will\s+be|
 CLAUSE_END = re.compile(r"(?<=[.!?;])\s+(?=[^\W\d_])|\n")  # a sentence ends before a word, not '5 vs. 6'
 MATH_SPAN = re.compile(r"\$+([^$]+)\$+|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 UNWRAP = re.compile(r"\\(?:text|textbf|textrm|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
-SEPARATOR = re.compile(r"(?<=\d)(?:\{,\}|\\[,!;: ]|[\u2009\u202f\u00a0\u2007'])(?=\d{3}(?!\d))")
+THIN = "\u2009\u202f\u00a0\u2007"  # thin and no-break spaces: separators between digit groups
+SEPARATOR = re.compile(r"(?<=\d)(?:\{,\}|\\[,!;: ]|[" + THIN + r"'])(?=\d{3}(?!\d))")
 FRAC = re.compile(r"(-?)\\[dt]?frac\s*(?:\{\s*(-?\d+)\s*\}|(\d))\s*(?:\{\s*(-?\d+)\s*\}|(\d))")
 # formatting that is not the answer: $ and \$, \( \) \[ \], \left \right, LaTeX spaces, degrees, braces,
 # **bold**
@@ -116,12 +114,11 @@ TOKEN = re.compile(r"""(?P<ratio>-?\d+/-?\d+(?![\d.,/]))
 SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12,
           "dozen": 12}
 # words that offer another answer, and those that bound or approximate one: not an exact answer
-HEDGES = {"or", "not", "maybe", "perhaps", "probably", "possibly", "likely", "might", "although",
-          "though", "alternatively", "otherwise", "unless"}
-QUALIFIERS = HEDGES | {"than", "least", "most", "more", "less", "fewer", "over", "under", "about",
-                       "around", "approximately", "approx", "roughly", "nearly", "almost", "circa", "ca",
-                       "up", "estimated", "ish", "half", "twice", "double", "triple", "squared",
-                       "cubed"}
+HEDGES = set("or not maybe perhaps probably possibly likely might although though alternatively"
+             " otherwise unless".split())
+QUALIFIERS = HEDGES | set("than least most more less fewer over under about around approximately"
+                          " approx roughly nearly almost circa ca up estimated ish half twice double"
+                          " triple squared cubed".split())
 SUPERSCRIPTS = str.maketrans({c: f"^{d}" for d, c in enumerate("⁰¹²³⁴⁵⁶⁷⁸⁹")} | {"⁻": "^-"})
 TOWER = re.compile(r"\^\s*(?:\{[^{}]*\^|\(?[\w.]+\)?\s*\^|\{?\s*\d{4,})|\*\*\s*\(?(?:[\w.]+\)?\s*\*\*|\d{4,})"
                    r"|\d{3,}\s*!|\d{25,}")
@@ -129,8 +126,8 @@ TOWER = re.compile(r"\^\s*(?:\{[^{}]*\^|\(?[\w.]+\)?\s*\^|\{?\s*\d{4,})|\*\*\s*\
 
 
 def _ascii(c):
-    """A non-ASCII character as the grammar reads it: a digit of any script as 0-9, a dash or minus as '-',
-    a thin or no-break space as itself (a separator between digit groups), another space as ' '."""
+    """A non-ASCII character as the grammar reads it: a digit of any script as 0-9, a dash or minus as
+    '-', a THIN space as itself, another space as ' '."""
     if c.isdecimal():
         return str(unicodedata.decimal(c))
     if c == "\u2212" or unicodedata.category(c) == "Pd":
@@ -138,15 +135,15 @@ def _ascii(c):
     sign = unicodedata.category(c) in ("Sm", "No", "Nl")  # not a CJK numeral: 一共 is 'in all'
     if sign and c not in "⁰¹²³⁴⁵⁶⁷⁸⁹⁻":  # superscripts are powers (SUPERSCRIPTS)
         return "*"  # an operator, or a number the grammar does not read: √36, ∛27, 5 ⑥, 6½, 101₂
-    return c if c in "\u2009\u202f\u00a0\u2007" or not c.isspace() else " "
+    return c if c in THIN or not c.isspace() else " "
 
 
 def normalise(text):
-    """One spelling of a final answer: ASCII digits and minus, thousands separators as ',', \\frac{p}{q} as
-    p/q, superscripts as ^k, \\text{} unwrapped, formatting dropped."""
+    """One spelling of a final answer: ASCII digits and minus, thousands separators as ',',
+    \\frac{p}{q} as p/q, superscripts as ^k, \\text{} unwrapped, formatting dropped."""
     text = re.sub(r"[^\x00-\x7f]", lambda m: _ascii(m[0]), text).translate(SUPERSCRIPTS)
     text = SEPARATOR.sub(",", text)
-    text = re.sub(r"[\u2009\u202f\u00a0\u2007]", " ", text).replace("\\%", "%")
+    text = re.sub(f"[{THIN}]", " ", text).replace("\\%", "%")
     text = FRAC.sub(lambda m: f" {m[1]}{m[2] or m[3]}/{m[4] or m[5]} ", UNWRAP.sub(r" \1 ", text))
     return DROP.sub(" ", UNWRAP.sub(r" \1 ", text))
 
@@ -154,13 +151,14 @@ def normalise(text):
 def _value(kind, text, canonical):
     """A number token's exact value, or None (a ratio not in lowest terms, a runaway exponent)."""
     if kind == "ratio":
-        p, q = (int(x) for x in text.split("/"))
+        p, q = map(int, text.split("/"))
         lowest = q not in (0, 1, -1) and Fraction(p, q).denominator == abs(q)
         return Fraction(p, q) if q and (lowest or not canonical) else None
     mantissa, _, exponent = text.replace(",", "").lower().partition("e")
-    if len(mantissa) > 300 or abs(int(exponent or 0)) > 100:
+    exponent = int(exponent or 0)
+    if len(mantissa) > 300 or abs(exponent) > 100:
         return None
-    return Fraction(mantissa) * Fraction(10) ** int(exponent or 0)
+    return Fraction(mantissa) * Fraction(10) ** exponent
 
 
 def statement(text, canonical=True):
@@ -171,7 +169,7 @@ def statement(text, canonical=True):
         working, link = spaced[:equals[-1]], spaced[(equals[-2] if equals[1:] else -1) + 1:equals[-1]]
         commas = [j for j, token in enumerate(link) if token == ("other", ",")]
         named = commas and {k for k, _ in link[commas[-1]:]} <= {"other", "word", "space"}
-        if QUALIFIERS & {t.lower() for k, t in working if k == "word"} or named and any(
+        if QUALIFIERS & {t.lower() for _, t in working} or named and any(
                 k == "number" for k, _ in link[:commas[-1]]):  # x = 5, y = 6: a second statement
             return None
         spaced = spaced[equals[-1] + 1:]
@@ -180,32 +178,33 @@ def statement(text, canonical=True):
         if b == "number" and y[0] in "+-" and a in ("word", "number", "ratio", "power") or \
                 a in ("number", "ratio") and b == "word" and len(y) == 1:
             return None
-    tokens = [(kind, text) for kind, text in spaced if kind != "space"]
+    tokens = [token for token in spaced if token[0] != "space"]
     numbers = [i for i, (kind, _) in enumerate(tokens) if kind in ("number", "ratio")]
     if len(numbers) != 1:
         return None
     i = numbers[0]
-    prefix, suffix = tokens[:i], tokens[i + 1:]
-    value = _value(*tokens[i], canonical)
-    while suffix and suffix[0][0] == "word" and suffix[0][1].lower() in SCALES:  # 6 hundred million
+    prefix, suffix, value = tokens[:i], tokens[i + 1:], _value(*tokens[i], canonical)
+    # the words below (scales, signs, qualifiers, hedges) match word tokens only: no other token is
+    # spelled as one
+    while suffix and suffix[0][1].lower() in SCALES:  # 6 hundred million
         value, suffix = value and value * SCALES[suffix[0][1].lower()], suffix[1:]
     if prefix and prefix[-1][1].lower() in ("minus", "negative"):
         value, prefix = value and -value, prefix[:-1]
-    words = [text.lower() for kind, text in prefix[-2:] + suffix[:2] if kind == "word"]
-    hedged = HEDGES & {text.lower() for kind, text in suffix if kind == "word"}
-    operated = any(kind in ("op", "power") for kind, _ in prefix)
-    if value is None or operated or QUALIFIERS & set(words) or hedged:
+    near = {text.lower() for _, text in prefix[-2:] + suffix[:2]}
+    if value is None or QUALIFIERS & near or HEDGES & {text.lower() for _, text in suffix} or any(
+            kind in ("op", "power") for kind, _ in prefix):
         return None
-    for j, (kind, text) in enumerate(suffix):  # a unit's '/' and '^k' follow a word: km/h, m^2
-        after_word = j > 0 and suffix[j - 1][0] in ("word", "power")
+    # a unit's '/' and '^k' follow a word: km/h, m^2
+    for (before, _), (kind, text) in zip([("", "")] + suffix, suffix):
+        after_word = before in ("word", "power")
         if kind == "power" and not after_word or kind == "op" and not (text == "/" and after_word):
             return None
     return value
 
 
 def boxed(text):
-    """The outermost \\boxed{...} (or \\fbox{...}) of text that are not empty, braces balanced, a box
-    inside one unwrapped; -> ([contents], the text after the last); None for an unclosed one."""
+    """-> (the contents of text's outermost non-empty \\boxed{} or \\fbox{}, a box inside one unwrapped;
+    the text after the last), or (None, "") when one is unclosed."""
     found, end = [], 0
     for match in re.finditer(r"\\(?:boxed|fbox)\s*\{", text):
         if match.start() < end:
@@ -224,8 +223,8 @@ def boxed(text):
 
 
 def final_answer(text):
-    """-> (the answer's text, the boxes' texts, the rest of its clause, the text after that), None for the
-    answer when a box is unclosed: the grammar's first line."""
+    """The grammar's first line -> (the answer's text, the boxes, the rest of its clause, the text
+    after that); the answer None when a box is unclosed."""
     boxes, after = boxed(text)
     if boxes is None:
         return None, [], "", ""
@@ -244,7 +243,7 @@ def alone(rest):
     # True when the rest of the answer's clause offers no other answer: a hedge ('or 46 if ...',
     # 'although 8 is possible', 'maybe six') offers a second; the question's own numbers ('costs
     # \boxed{4} dollars more than 2 bagels') and working ('since 48 + 24 = 72') do not
-    return not HEDGES & {m[0].lower() for m in TOKEN.finditer(normalise(rest)) if m["word"]}
+    return not HEDGES & {m[0].lower() for m in TOKEN.finditer(normalise(rest))}  # words only match
 
 
 def restates(later, value):
@@ -278,8 +277,8 @@ HEDGE = re.compile(r"(?is)\d.*\bor\b.*\d")  # a symbolic answer's 'or' between n
 
 
 def symbolic(answer):
-    """The one expression of a final answer, for math-verify: its $...$ (all alike) or all of it, decimals as
-    exact fractions (0.4999999 is not 1/2); None for two different ones, an 'or', or a costly one."""
+    """A final answer's one expression for math-verify: its $...$ (all alike) or all of it, decimals as
+    fractions (0.4999999 is not 1/2); None for two different ones, an 'or', or a costly one."""
     spans = {"".join(m).strip() for m in MATH_SPAN.findall(answer)}
     expression = spans.pop() if len(spans) == 1 else None if spans else answer.strip()
     if expression is None or re.search(r"\bor\b", expression) or costly(expression):
@@ -307,15 +306,15 @@ for line in sys.stdin:
 
 
 class Verifier:
-    """One math-verify worker process: an answer past its time (or one that kills it) is -1 and the worker
-    killed; the next answer starts a fresh one (its ~1 s of imports not counted as the answer's)."""
+    """One math-verify worker process: an answer past its time (or one that kills it) is -1 and the
+    worker killed; the next starts a fresh one (its ~1 s of imports not counted as the answer's)."""
 
     proc = None  # the worker process, started by the first answer
 
     def __call__(self, gold, expression, timeout):
         if self.proc is None:
-            self.proc = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+            self.proc = Popen([sys.executable, "-c", WORKER], stdin=PIPE, stdout=PIPE, stderr=DEVNULL,
+                              bufsize=0)
             if self.line(120) != b"ready":
                 self.stop()
                 raise RuntimeError("rewards.py: math-verify's worker did not start (pip install math-verify)")
@@ -329,7 +328,7 @@ class Verifier:
         return verdict == b"1"
 
     def line(self, timeout):
-        """Its next line of output within `timeout` seconds, else None (it writes each line whole)."""
+        """Its next line within `timeout` seconds, else None (it writes each line whole)."""
         ready = select.select([self.proc.stdout], [], [], timeout)[0]
         return (self.proc.stdout.readline().strip() or None) if ready else None
 
@@ -346,7 +345,7 @@ for _ in range(WORKERS):
 
 @lru_cache(maxsize=100_000)
 def verified(gold, expression, timeout):
-    """math-verify's verdict on a symbolic answer, from a free worker (a repeated answer costs nothing)."""
+    """math-verify's verdict on a symbolic answer, from a free worker (cached: a repeat is free)."""
     verifier = _verifiers.get()
     try:
         gold = gold if "$" in gold or "\\boxed" in gold else f"${gold}$"
@@ -372,28 +371,19 @@ Kind = namedtuple("Kind", "fields read reward many", defaults=[None])
 
 
 def builtin_reward(prompt, text, completion_text, timeout):
-    """The built-in task: its digit exactly, after thinking (no </think>, no answer: the task is to think)."""
+    """The built-in task: its digit exactly, after thinking (no </think>: -1, the task is to think)."""
     return 1.0 if THINK_END in completion_text and text == prompt.answer else -1.0
 
 
-def math_row(row, text, answer):
-    return dict(answer=str(answer).strip())
-
-
-def math_kind(prompt, text, completion_text, timeout):
-    return math_reward(prompt.answer, text, timeout)
-
-
 def math_reward(gold, text, timeout=TIMEOUT):
-    """+1.0 | -1.0 for the scored text of a math completion: numeric gold by the grammar above, exactly;
-    symbolic gold by math-verify on the one expression of the answer."""
+    """+1.0 | -1.0 for a math completion's scored text: numeric gold by the grammar above, exactly;
+    symbolic gold by math-verify on the answer's one expression."""
     answer, boxes, rest, later = final_answer(text)
     if answer is None:
         return -1.0
     if (value := numeric_gold(gold)) is not None:
         stated = [statement(box) for box in boxes] or [statement(answer)]
-        one = stated[-1] is not None and len(set(stated)) == 1
-        one = one and alone(rest) and restates(later, stated[-1])
+        one = len(set(stated)) == 1 and alone(rest) and restates(later, stated[-1])
         return 1.0 if one and stated[-1] == value else -1.0
     if len({re.sub(r"\s+", "", box) for box in boxes}) > 1 or HEDGE.search(answer):
         return -1.0
@@ -405,18 +395,17 @@ CODE_FIELDS = ("tests", "test", "test_list")  # a row with one of them is code (
 
 
 def code_tests(row, prompt=None):
-    """A code row's tests as judge.passes() keywords (formats: README), or a ValueError naming the field.
-    A prompt that is Python (HumanEval's stub and helpers), or a 'prelude' field, is the prelude: run
-    before the program, and its helpers the test's own (judge.prelude_of)."""
+    """A code row's tests as judge.passes() keywords (formats: README), or a ValueError naming the
+    field. A prompt that is Python (HumanEval's stub and helpers), or a 'prelude' field, is the
+    prelude: run before the program, its helpers the test's own (judge.prelude_of)."""
     def require(ok, message):
         if not ok:
             raise ValueError(f"field {message}")
     if "prelude" in row:  # the prompt's code given apart, for a prompt that wraps it in prose
         prompt = row["prelude"]
         require(judge.prelude_of(prompt), "'prelude' must be Python that imports and defines only")
-    prompt = row.get("prompt", row.get("problem")) if prompt is None else prompt
-    prelude = judge.prelude_of(prompt)
-    with_prelude = lambda spec: dict(spec, prelude=prelude) if prelude else spec
+    prelude = judge.prelude_of(row.get("prompt", row.get("problem")) if prompt is None else prompt)
+    given = lambda **fields: {key: value for key, value in fields.items() if value}
     styles = [key for key in CODE_FIELDS if key in row]
     require(len(styles) == 1, f"{' and '.join(map(repr, styles))}: give one of them")
     if "tests" in row:
@@ -432,7 +421,7 @@ def code_tests(row, prompt=None):
                     f"'tests[{i}]': stdin/stdout tests take strings (arguments need 'fn_name')")
             require(not fn_name or isinstance(t["input"], list),
                     f"'tests[{i}].input' must be the list of arguments of {fn_name}()")
-        return with_prelude(dict(tests=tests, fn_name=fn_name)) if fn_name else dict(tests=tests)
+        return dict(tests=tests, **given(fn_name=fn_name, prelude=fn_name and prelude))
     field, entry_point = styles[0], row.get("entry_point")
     require("fn_name" not in row, f"{field!r} (asserts) cannot go with 'fn_name'")
     if field == "test":
@@ -453,8 +442,7 @@ def code_tests(row, prompt=None):
     # the judge and the sandbox run the standard library only (no site-packages)
     outside = sorted(set(imported(test + "\n" + (prelude or ""))) - sys.stdlib_module_names)
     require(not outside, f"{field!r} imports {outside[:1]}, outside the standard library")
-    spec = dict(test=test, entry_point=entry_point) if entry_point else dict(test=test)
-    return with_prelude(spec)
+    return dict(test=test, **given(entry_point=entry_point, prelude=prelude))
 
 
 def imported(code):  # the top-level modules code imports
@@ -465,10 +453,6 @@ def imported(code):  # the top-level modules code imports
             yield node.module.split(".")[0]
 
 
-def code_row(row, text, answer):
-    return dict(code=code_tests(row, text))
-
-
 def code_reward(prompt, text, completion_text, timeout):
     """The program of the last fenced block passes its tests (judge.py)."""
     program = extract_program(prompt, completion_text)
@@ -476,8 +460,8 @@ def code_reward(prompt, text, completion_text, timeout):
 
 
 def code_many(triples):
-    """A batch's programs all at once in the sandbox's pool; they run while the other kinds are scored."""
-    programs = [extract_program(p, completion_text) for p, _, completion_text in triples]
+    """A batch's programs at once in the sandbox's pool, running while the other kinds are scored."""
+    programs = [extract_program(p, completion) for p, _, completion in triples]
     passed = judge.score_many([dict(program=program, **p.code) for (p, *_), program in zip(triples, programs)
                                if program is not None])
     return (1.0 if program is not None and next(passed) else -1.0 for program in programs)
@@ -485,16 +469,18 @@ def code_many(triples):
 
 KINDS = dict(
     builtin=Kind((), None, builtin_reward),
-    math=Kind(("answer",), math_row, math_kind),
-    code=Kind((CODE_FIELDS,), code_row, code_reward, code_many),
+    math=Kind(("answer",), lambda row, text, answer: dict(answer=str(answer).strip()),
+              lambda prompt, text, _, timeout: math_reward(prompt.answer, text, timeout)),
+    code=Kind((CODE_FIELDS,), lambda row, text, _: dict(code=code_tests(row, text)), code_reward,
+              code_many),
 )
 
 # -----------------------------------------------------------------------------
 # rewards
 
 def reward(prompt, completion_text, timeout=TIMEOUT, cut=False):
-    """+1.0 | -1.0 for one completion of a prompt of any kind: -1 when thinking was opened and never closed,
-    else the verdict of the prompt's kind (KINDS) on the text after thinking (cut: by the length cap)."""
+    """+1.0 | -1.0 for one completion: -1 for thinking never closed, else its prompt's kind's verdict
+    (KINDS) on the text after thinking (cut: by the length cap)."""
     text = scored_text(prompt, completion_text, cut)
     return -1.0 if text is None else KINDS[prompt.kind].reward(prompt, text, completion_text, timeout)
 
@@ -503,10 +489,10 @@ _scorers = ThreadPoolExecutor(WORKERS, thread_name_prefix="rewards")
 
 
 def score(pairs, timeout=TIMEOUT):
-    """[(prompt, completion_text[, cut by the length cap])] -> [+1.0 | -1.0] in order. The pairs of a kind
-    with a batch scorer (code: the sandbox's pool) go to it at once, first; the rest to threads that feed
+    """[(prompt, completion_text[, cut by the length cap])] -> [+1.0 | -1.0] in order. A kind's pairs
+    go to its batch scorer (code: the sandbox's pool) at once, first; the rest to threads that feed
     math-verify's workers."""
-    pairs = [(p, c, *cut) for p, c, *cut in pairs]
+    pairs = list(pairs)
     batch = [p.kind if KINDS[p.kind].many and scored_text(p, c, *cut) is not None else None
              for p, c, *cut in pairs]
     started = {}  # None: one at a time, in threads
