@@ -170,8 +170,7 @@ def bases(error):  # the names of its class's builtin bases, nearest first
 # site's exit and quit, which -S leaves out: a program's exit() is an exit, never a NameError
 EXITS = "import builtins, sys\nbuiltins.exit = builtins.quit = sys.exit\n"
 
-# The program's side, in the sandbox: it reads requests and writes replies, nothing else. Its ints
-# are of any size, as before Python 3.11: it runs under -X int_max_str_digits=0 (_judged)
+# The program's side, in the sandbox: it reads requests and writes replies, nothing else
 HARNESS = CODEC + EXITS + r'''
 import json, os
 BUILTINS = dict(vars(builtins))  # as they are before the program runs
@@ -267,6 +266,7 @@ if isinstance(cls := objects[0].get("Solution"), type):  # LeetCode's: its metho
     objects[0] = {k: getattr(o, k) for o in [cls()] for k in dir(o) if k[0] != "_"} | objects[0]
 serve()
 '''
+PYTHON = ["-X", "int_max_str_digits=0", "-c"]  # HARNESS or STDIN: ints of any size, as before 3.11
 STDIN = EXITS + 'exec(compile(sys.argv[1], "solution.py", "exec"), {"__name__": "__main__"})'
 _codec = {"BUILTINS": vars(builtins)}
 exec(CODEC, _codec)  # the judge's side of the same grammar
@@ -695,7 +695,7 @@ def _judged(job, program, timeout):
     verdict = False
     try:
         worker = worker or Worker()
-        args = ["-X", "int_max_str_digits=0", "-c", HARNESS, program, job["prelude"] or ""]
+        args = [*PYTHON, HARNESS, program, job["prelude"] or ""]
         with Sandboxed(args, timeout) as process:
             verdict = worker.judge(job, process)
     finally:
@@ -716,7 +716,7 @@ def passes(program, tests=(), fn_name=None, test=None, entry_point=None, prelude
         if not tests and not test:
             return False
         if fn_name is None and test is None:  # a process per test, lazily: the first fail ends it
-            args = ["-X", "int_max_str_digits=0", "-c", STDIN, program]
+            args = [*PYTHON, STDIN, program]
             return all(r.returncode == 0 and r.stdout.decode(errors="replace").split()
                        == t["output"].split() for t in tests
                        for r in [run(args, t["input"].encode(), timeout)])
