@@ -1,18 +1,18 @@
-"""The verdict of a model-written program against its tests, run in sandbox.py: the code reward.
+"""The code reward: the verdict of a model-written program on its tests, run in sandbox.py.
 
-The program runs in the sandbox under HARNESS; the test runs in a judge worker (serve), a process of
-ours that holds the expected values, which never enter the sandbox. The worker asks and the harness
-answers, one JSON line each, values as CODEC writes them (data, or a handle naming an object):
+The program runs in the sandbox under HARNESS, the test in a judge worker (serve), our process: the
+expected values never enter the sandbox. The worker asks, the harness answers, a JSON line each,
+values as CODEC writes them (data, or a handle naming an object; handle 0: the program's namespace):
 
     judge -> harness   ["get", handle, name]  ["call", handle, args, kwargs]  ["next", handle]
                        ["return", value] or ["raise", names]: the answer to a callback
     harness -> judge   ["value", value, changed arguments]  ["stop"]  ["raised", names, args]
                        ["fail", why]  ["callback", number, args, kwargs]: it calls the test's
 
-Handle 0 is the program's namespace. A reply is only ever the program's answer to the request before
-it: nothing the program holds, prints or forges passes a test it fails. Replies are decoded and the
-test run in the worker (a memory limit; killed past the deadline), never in the trainer, which hands
-it a job and reads back one byte. stdin/stdout tests need no worker: their output is compared here.
+A reply is only the program's answer to the request before it: nothing the program holds, prints or
+forges passes a test it fails. The worker (memory-limited, killed past the deadline), never the
+trainer, decodes replies and runs the test; the trainer reads back a byte. stdin/stdout tests need
+no worker: their output is compared here.
 """
 import ast
 import builtins
@@ -47,17 +47,17 @@ JUDGE_MEMORY = 1 << 30     # bytes of address space of a judge worker (RLIMIT_AS
 # and Infinity), the rest an object of one key, {tag: payload}. What is not data is refer()'s (a
 # handle, a callback) and comes back through resolve(); BUILTINS too is each side's own.
 CODEC = f"REPLY_CAP, DEPTH, COLLISIONS, SHORT = {REPLY_CAP}, {DEPTH}, {COLLISIONS}, {SHORT}" + r'''
-import json, sys
+import sys
 from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
 from collections.abc import Iterator
 MAPPINGS = {"dict": dict, "Counter": Counter, "OrderedDict": OrderedDict}
 VIEWS = {type({}.keys()): "keys", type({}.values()): "values", type({}.items()): "items"}
-# a subclass of a builtin (an IntEnum, a list whose __eq__ lies) travels as an exact copy, made in C
+# a builtin's subclass (an IntEnum, a list whose __eq__ lies) travels as an exact copy, made in C
 EXACT = [(int, int.__pos__), (float, float.__pos__), (complex, complex.__pos__),
          (str, str.__str__), (bytes, lambda b: bytes.__getitem__(b, slice(None))),
          (bytearray, bytearray.copy), (list, list.copy), (dict, dict.copy), (set, set.copy),
          (tuple, lambda t: tuple.__getitem__(t, slice(None))), (frozenset, frozenset.copy)]
-NAMED = {}  # (typename, fields) -> its namedtuple class
+NAMED = {}  # (name, fields) -> its namedtuple class
 
 
 def loaded(module, name):  # a class of a module once imported (the harness starts faster without)
@@ -81,9 +81,9 @@ def encode(value, refer, room, depth=0):
         return [more(v) for v in value]
     if kind in (tuple, set, frozenset):
         return {kind.__name__: [more(v) for v in value]}
-    if kind in VIEWS:  # a dict's keys(), values() or items(): the dict it views
+    if kind in VIEWS:  # the dict it views
         return {VIEWS[kind]: more(dict(value.mapping))}
-    if kind in (dict, Counter, OrderedDict):
+    if kind in MAPPINGS.values():
         return {kind.__name__: [[more(k), more(v)] for k, v in value.items()]}
     if kind is defaultdict:
         return {"defaultdict": [more(value.default_factory), more(dict(value))]}
@@ -126,7 +126,7 @@ def decode(data, resolve, depth=0):
     if tag == "tuple":
         return tuple(map(more, payload))
     if tag in ("set", "frozenset"):
-        return {"set": set, "frozenset": frozenset}[tag](distinct([more(d) for d in payload]))
+        return (set if tag == "set" else frozenset)(distinct([more(d) for d in payload]))
     if tag in MAPPINGS:
         keys, values = [more(k) for k, _ in payload], [more(v) for _, v in payload]
         mapping = dict(zip(distinct(keys), values))
@@ -146,7 +146,7 @@ def decode(data, resolve, depth=0):
             NAMED[name, tuple(fields)] = namedtuple(name, fields)
         return NAMED[name, tuple(fields)](*values)
     if tag in ("bytes", "bytearray"):
-        return {"bytes": bytes, "bytearray": bytearray}[tag].fromhex(payload)
+        return (bytes if tag == "bytes" else bytearray).fromhex(payload)
     if tag == "complex":
         real, imag = payload
         return complex(real, imag)
@@ -162,15 +162,19 @@ def distinct(keys):
     if max(Counter(map(hash, keys)).values(), default=0) > COLLISIONS:
         raise BufferError("keys whose hashes collide")
     return keys
+
+
+def bases(error):  # the names of its class's builtin bases, nearest first
+    return [c.__name__ for c in type(error).__mro__ if BUILTINS.get(c.__name__) is c]
 '''
+# site's exit and quit, which -S leaves out: a program's exit() is an exit, never a NameError
+EXITS = "import builtins, sys\nbuiltins.exit = builtins.quit = sys.exit\n"
 
 # The program's side, in the sandbox: it reads requests and writes replies, nothing else
-HARNESS = CODEC + r'''
-import builtins, os, sys
-builtins.exit = builtins.quit = sys.exit  # site's, which -S leaves out: an exit, never a NameError
+HARNESS = CODEC + EXITS + r'''
+import json, os
 BUILTINS = dict(vars(builtins))  # as they are before the program runs
 dumps, loads = json.dumps, json.loads
-getattr(sys, "set_int_max_str_digits", abs)(0)  # ints of any size, as before Python 3.11
 requests, replies = os.fdopen(os.dup(0), "rb"), os.dup(1)
 null = os.open(os.devnull, os.O_RDWR)
 os.dup2(null, 0), os.dup2(null, 1), os.dup2(null, 2)
@@ -234,7 +238,7 @@ def answer(kind, handle, *request):
             value = target(*[v for k, v in arguments if type(k) is int],
                            **{k: v for k, v in arguments if type(k) is str})
     except BaseException as error:  # the program's: the judge raises its nearest builtin base
-        names = [c.__name__ for c in type(error).__mro__ if BUILTINS.get(c.__name__) is c]
+        names = bases(error)
         try:
             args = encode(list(error.args), refer, [REPLY_CAP // 2])
         except Exception:
@@ -262,20 +266,19 @@ if isinstance(cls := objects[0].get("Solution"), type):  # LeetCode's: its metho
     objects[0] = {k: getattr(o, k) for o in [cls()] for k in dir(o) if k[0] != "_"} | objects[0]
 serve()
 '''
-STDIN = """import builtins, sys
-builtins.exit = builtins.quit = sys.exit
-exec(compile(sys.argv[1], "solution.py", "exec"), {"__name__": "__main__"})"""  # site's exit
+PYTHON = ["-X", "int_max_str_digits=0", "-c"]  # HARNESS or STDIN: ints of any size, as before 3.11
+STDIN = EXITS + 'exec(compile(sys.argv[1], "solution.py", "exec"), {"__name__": "__main__"})'
 _codec = {"BUILTINS": vars(builtins)}
 exec(CODEC, _codec)  # the judge's side of the same grammar
-encode, decode = _codec["encode"], _codec["decode"]
+encode, decode, bases = _codec["encode"], _codec["decode"], _codec["bases"]
 
 # -----------------------------------------------------------------------------
 # the judge's side of the conversation, in a worker
 
 
 class Failed(BaseException):
-    """A call that failed for good: its process died, overran or exited, it raised SystemExit or
-    KeyboardInterrupt, its reply cannot be carried. A test that catches it fails all the same."""
+    """A call failed for good (the process died, overran or exited, it raised a BaseException, its
+    reply cannot be carried): a test that catches it fails all the same."""
 
 
 class Remote:
@@ -312,10 +315,6 @@ def _short_int(digits):  # a longer one is the program's forgery: encode writes 
     return int(digits)
 
 
-def _builtin_bases(error):
-    return [c.__name__ for c in type(error).__mro__ if vars(builtins).get(c.__name__) is c]
-
-
 class Talk:
     """The judge's side of HARNESS, over the sandbox's pipes."""
 
@@ -328,7 +327,7 @@ class Talk:
         raise Failed(why)
 
     def exchange(self, message):
-        """Sends one message -> the program's next one: its reply, or a callback."""
+        """A message -> the program's next: its reply, or a callback."""
         stopped = self.pipes.pump(json.dumps(message).encode() + b"\n", line=True)
         if stopped or b"\n" not in self.pipes.stdout:
             self.fail(f"the program's process {stopped or 'ended'}")
@@ -342,12 +341,12 @@ class Talk:
         return reply
 
     def ask(self, *message, arguments=None):
-        """A request -> its reply's value, the program's callbacks served meanwhile. arguments: a
-        call's, by position and name: the program may have changed them in place."""
+        """A request -> its reply's value, serving the program's callbacks meanwhile. arguments: a
+        call's, by position and name, which the program may have changed in place."""
         reply = self.exchange(list(message))
         while reply[0] == "callback":
             reply = self.exchange(self.run_callback(*reply[1:]))
-        kind, fields = reply[0], reply[1:]
+        kind, *fields = reply
         if kind not in ("value", "raised", "stop"):
             self.fail(f"{fields[:1]}" if kind == "fail" else "a reply that is not the protocol's")
         try:
@@ -364,8 +363,8 @@ class Talk:
         raise error
 
     def call(self, handle, args, kwargs):
-        message = ["call", handle, self.carried(enumerate(args)), self.carried(kwargs.items())]
-        return self.ask(*message, arguments={**dict(enumerate(args)), **kwargs})
+        return self.ask("call", handle, self.carried(enumerate(args)), self.carried(kwargs.items()),
+                        arguments={**dict(enumerate(args)), **kwargs})
 
     def carried(self, arguments):
         """What the test passes, as data; a value that cannot be carried fails for good."""
@@ -385,7 +384,7 @@ class Talk:
         self.fail(f"the test passes a {type(value).__name__}, which no program can be given")
 
     def run_callback(self, number, args, kwargs):
-        """The program calls a callable the test gave it: run here on what the program passed."""
+        """The program calls a callable of the test's: it runs here."""
         try:
             function = self.callbacks[number]
             args, kwargs = [self.decode(a) for _, a in args], {k: self.decode(v) for k, v in kwargs}
@@ -396,7 +395,7 @@ class Talk:
         try:
             value = function(*args, **kwargs)
         except Exception as error:
-            return ["raise", _builtin_bases(error)]
+            return ["raise", bases(error)]
         return ["return", self.carried([(0, value)])[0][1]]
 
     def decode(self, data):
@@ -411,8 +410,7 @@ class Talk:
         raise ValueError(f"no value is tagged {tag!r}")
 
     def raised(self, names, args):
-        """The exception the program raised, as its nearest builtin base; a BaseException (an exit,
-        KeyboardInterrupt) fails for good."""
+        """The program's exception as its nearest builtin base; a BaseException fails for good."""
         for name in names:
             error = getattr(builtins, name, None)
             if not (isinstance(error, type) and issubclass(error, BaseException)):
@@ -490,8 +488,8 @@ def _verdict(pipes, job):
 
 
 def serve(fd):
-    """A judge worker's life: a job (pickled) and the sandbox's stdin and stdout come over the
-    socket `fd`; its verdict goes back, one byte. It ends with the trainer, or out of memory."""
+    """A judge worker: jobs (pickled) and the sandbox's stdin and stdout come over the socket `fd`,
+    a verdict byte goes back. It ends with the trainer, or out of memory."""
     sandbox.undumpable()  # a program run as our user (no root) cannot read the expected values
     hard = resource.getrlimit(resource.RLIMIT_AS)[1]
     memory = JUDGE_MEMORY if hard == resource.RLIM_INFINITY else min(JUDGE_MEMORY, hard)
@@ -520,6 +518,8 @@ def serve(fd):
 # -----------------------------------------------------------------------------
 # what a test may use, decided when it is loaded
 
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
 
 def entry_points(entry_point):
     """None, "f", "f, g" or ["f", "g"] -> a tuple of the names the program supplies."""
@@ -540,7 +540,7 @@ def prelude_of(prompt):
         body = ast.parse(prompt).body
     except (SyntaxError, ValueError, TypeError):
         return None
-    definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    definitions = (*FUNCTIONS, ast.ClassDef)
     quiet = (*definitions, ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign)
     docstring = lambda n: isinstance(n, ast.Expr) and isinstance(getattr(n.value, "value", 0), str)
     defines = any(isinstance(n, definitions) for n in body)
@@ -559,7 +559,7 @@ def _helpers(prelude):
         return set()
     empty = lambda s: isinstance(s, ast.Pass) or isinstance(getattr(s, "value", None), ast.Constant)
     stubs = {n.name for n in ast.parse(prelude).body
-             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and all(map(empty, n.body))}
+             if isinstance(n, FUNCTIONS) and all(map(empty, n.body))}
     return _bound(symtable.symtable(prelude, "<prompt>", "exec")) - stubs
 
 
@@ -589,8 +589,7 @@ def _carriable(tree, names, prelude):
 @lru_cache(maxsize=10_000)
 def _plan(test, names, prelude):
     tree = ast.parse(test)
-    functions = {n.name: n for n in tree.body
-                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    functions = {n.name: n for n in tree.body if isinstance(n, FUNCTIONS)}
     module_level = [n for n in tree.body if n not in functions.values()]
     called = {n.id for node in module_level for n in ast.walk(node) if isinstance(n, ast.Name)}
     # HumanEval's check(candidate) is called with the entry point; pytest's test_* functions too
@@ -648,9 +647,9 @@ class Worker:
         main = (f"import sys\nsys.path.insert(0, {here!r})\n"
                 f"import judge\njudge.serve({theirs.fileno()})")
         with theirs:
-            self.proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", main],
-                                         pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", main], pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
         self.socket = ours
 
     def judge(self, job, process):
@@ -696,7 +695,7 @@ def _judged(job, program, timeout):
     verdict = False
     try:
         worker = worker or Worker()
-        args = ["-X", "int_max_str_digits=0", "-c", HARNESS, program, job["prelude"] or ""]
+        args = [*PYTHON, HARNESS, program, job["prelude"] or ""]
         with Sandboxed(args, timeout) as process:
             verdict = worker.judge(job, process)
     finally:
@@ -717,7 +716,7 @@ def passes(program, tests=(), fn_name=None, test=None, entry_point=None, prelude
         if not tests and not test:
             return False
         if fn_name is None and test is None:  # a process per test, lazily: the first fail ends it
-            args = ["-X", "int_max_str_digits=0", "-c", STDIN, program]
+            args = [*PYTHON, STDIN, program]
             return all(r.returncode == 0 and r.stdout.decode(errors="replace").split()
                        == t["output"].split() for t in tests
                        for r in [run(args, t["input"].encode(), timeout)])
