@@ -161,6 +161,10 @@ class GrowingLayer(DynamicLayer):
         return self.keys, self.values
 
 
+def _new_cache():
+    return Cache(layer_class_to_replicate=GrowingLayer)
+
+
 @functools.cache
 def _cache_kwarg(model_class):  # once per class, not once per decode step
     """transformers 5.24 renamed the forward kwarg past_key_values -> cache;
@@ -255,7 +259,7 @@ class TorchSampler(Sampler):
         self.rows = []  # running _Seq, one per cache row
         # the cache: per layer keys, values (B, kv_heads, T, head_dim), extended in place; the mask
         # (B, T): 1 where a row's column holds one of its tokens (no rows, no columns yet)
-        self.cache = Cache(layer_class_to_replicate=GrowingLayer)
+        self.cache = _new_cache()
         self.mask = torch.zeros(0, 0, dtype=torch.long, device=self.device)
         self.head = None  # the LM head's weight as lm_head_logits takes it, cast once per version
 
@@ -328,10 +332,9 @@ class TorchSampler(Sampler):
                             device=self.device)
         kv = None  # stays None if every prompt is one token: a block with no columns
         if width:
-            context = [[0] * (width - n) + list(p[:n])
-                       for n, p in zip(lengths, prompts)]  # left-padded
-            context = torch.tensor(context, device=self.device)  # (U, width)
-            cache = Cache(layer_class_to_replicate=GrowingLayer)
+            context = torch.tensor([[0] * (width - n) + list(p[:n])  # left-padded, (U, width)
+                                    for n, p in zip(lengths, prompts)], device=self.device)
+            cache = _new_cache()
             forward_with_cache(self.model, context, cache, mask, (mask.cumsum(1) - 1).clamp(min=0))
             kv = [(layer.keys[rows], layer.values[rows])
                   for layer in cache.layers]  # a row per sequence
@@ -350,7 +353,7 @@ class TorchSampler(Sampler):
         mask = torch.cat([F.pad(m, (T - m.shape[1], 0)) for _, m in parts])  # (B, T)
         # the first column in use
         start = next((j for j, used in enumerate(mask.any(0).tolist()) if used), T)
-        self.mask, self.cache = mask[:, start:], Cache(layer_class_to_replicate=GrowingLayer)
+        self.mask, self.cache = mask[:, start:], _new_cache()
         if start == T:  # no column left: an empty cache
             return
         # a block with columns: the layers' shapes
