@@ -162,8 +162,8 @@ def gather_to_master(param, dtype):
         padded = torch.cat([padded, padded.new_zeros(chunk - len(local), *local.shape[1:])])
     full = padded.new_empty((chunk * world, *param.shape[1:])) if rank == 0 else None
     with naming_peers("a trainer rank died or stopped answering (weight gather)"):
-        dist.gather(padded, list(full.chunk(world)) if full is not None else None, dst=0)
-    return full[:param.shape[0]] if full is not None else None
+        dist.gather(padded, list(full.chunk(world)) if rank == 0 else None, dst=0)
+    return full[:param.shape[0]] if rank == 0 else None
 
 
 def full_state(policy):

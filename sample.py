@@ -297,13 +297,11 @@ class TorchSampler(Sampler):
         self.head = head_weight(self.model, self.fp32_head) if self.head is None else self.head
         logits = lm_head_logits(self.model, hidden, self.temperature, self.fp32_head, self.head)
         sampled, logprobs = draw_tokens(logits, self.generator)  # (B, 1), (B,)
-        n = 0
-        # .tolist(): a CPU-GPU sync, once per step
+        n = 0  # tokens sampled by the policy; .tolist(): a CPU-GPU sync, once per step
         for seq, token, logprob in zip(self.rows, sampled[:, 0].tolist(), logprobs.tolist()):
-            if seq.completion.finish_reason is None:  # an ended row decodes into nothing until
-                                                      # it is dropped (below)
-                # a forced row takes one phrase token a step,
-                # its sampled token thrown away (ours: simple)
+            # an ended row decodes into nothing until it is dropped (below); a forced row takes one
+            # phrase token a step, its sampled token thrown away (ours: simple)
+            if seq.completion.finish_reason is None:
                 policy = not seq.forced
                 n += policy
                 self._push(seq, token if policy else seq.forced.pop(0), logprob, policy)
