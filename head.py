@@ -3,10 +3,8 @@ The fp32 LM head: logits and per-token log-probs of sampled tokens (ScaleRL sec.
 numerics in the trainer and the samplers.
 
     head_weight     the head's weight as the others take it: on CPUs a bf16 head upcast to fp32 once
-    lm_head_logits  (..., H) final hidden states -> (..., V) fp32 logits / temperature (the
-                    samplers)
-    token_logprobs  (B, T) ids -> (B, T-1) fp32 log-probs of the sampled tokens, with gradient
-                    (the trainer)
+    lm_head_logits  (..., H) final hidden states -> (..., V) fp32 logits / temperature (samplers)
+    token_logprobs  (B, T) ids -> (B, T-1) fp32 log-probs of the tokens, with gradient (trainer)
     TokenLogprobs   token_logprobs as a module's forward: policy.py's (the FSDP2 root)
 
 Every per-token tensor is aligned with the *predicted* token: position t holds
@@ -66,19 +64,22 @@ def _head(hidden, weight, weight32, bias, temperature, fp32_head=True):
     return logits if temperature == 1 else logits.div_(temperature)
 
 
-def lm_head_logits(model, hidden, temperature=1.0, fp32_head=True, weight=None):
-    """(..., H) final hidden states -> (..., V) fp32 logits / temperature, without gradient."""
-    # the trainer's logits go through _HeadLogprobs; weight: head_weight(model, fp32_head), if
-    # already cast. The FP32 head removed most of the paper's generator/trainer mismatch
-    # (A 0.52 -> 0.61)
+def _operands(model, fp32_head, weight=None):
+    """_head's (weight, weight32, bias) of the model; weight: head_weight's, if already cast."""
     head = model.get_output_embeddings()
     weight = head_weight(model, fp32_head) if weight is None else weight
     upcast = weight if weight.dtype != head.weight.dtype else None  # CPU: a bf16 head's fp32 copy
-    flat = hidden.reshape(-1, hidden.shape[-1])
+    return head.weight, upcast, getattr(head, "bias", None)
+
+
+def lm_head_logits(model, hidden, temperature=1.0, fp32_head=True, weight=None):
+    """(..., H) final hidden states -> (..., V) fp32 logits / temperature, without gradient."""
+    # the trainer's logits go through _HeadLogprobs. The FP32 head removed most of the paper's
+    # generator/trainer mismatch (A 0.52 -> 0.61)
+    operands = _operands(model, fp32_head, weight)
     # an enclosing autocast would undo the upcast
     with torch.autocast(hidden.device.type, enabled=False):
-        logits = _head(flat, head.weight, upcast, getattr(head, "bias", None), temperature,
-                       fp32_head)
+        logits = _head(hidden.reshape(-1, hidden.shape[-1]), *operands, temperature, fp32_head)
     return logits.view(*hidden.shape[:-1], -1)
 
 # -----------------------------------------------------------------------------
@@ -127,27 +128,18 @@ def token_logprobs(model, input_ids, temperature=1.0, fp32_head=True, attention_
     # runs over chunks of positions (_HeadLogprobs): no (B, T, V) fp32 tensor is ever held
     # (V = 152k for Qwen)
     body = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-    B, T = input_ids.shape
     # (B*(T-1), H): the positions that predict a token
     hidden = body.last_hidden_state[:, :-1].flatten(0, 1)
     targets = input_ids[:, 1:].reshape(-1)  # (B*(T-1),)
-    head = model.get_output_embeddings()
-    weight = head_weight(model, fp32_head)  # cast once for every chunk (and its recompute)
-    upcast = weight if weight.dtype != head.weight.dtype else None  # CPU: a bf16 head's fp32 copy
-    # ~256 MB of fp32 logits (ours)
-    chunk_tokens = chunk_tokens or max(1, (1 << 26) // weight.shape[0])
+    operands = _operands(model, fp32_head)  # cast once for every chunk (and its recompute)
+    n = chunk_tokens or max(1, (1 << 26) // len(operands[0]))  # ~256 MB of fp32 logits (ours)
     # an enclosing autocast would undo the upcast
     with torch.autocast(hidden.device.type, enabled=False):
         # (logprobs, entropy) per chunk
-        chunks = [_HeadLogprobs.apply(hidden[start:start + chunk_tokens], head.weight, upcast,
-                                      getattr(head, "bias", None),
-                                      targets[start:start + chunk_tokens],
-                                      temperature, fp32_head, with_entropy)
-                  for start in range(0, hidden.shape[0], chunk_tokens)]
-    logprobs, entropies = (torch.cat([out for out, _ in chunks]),
-                           torch.cat([ent for _, ent in chunks]))
-    return ((logprobs.view(B, T - 1), entropies.view(B, T - 1)) if with_entropy
-            else logprobs.view(B, T - 1))
+        chunks = [_HeadLogprobs.apply(hidden[i:i + n], *operands, targets[i:i + n], temperature,
+                                      fp32_head, with_entropy) for i in range(0, len(hidden), n)]
+    logprobs, entropies = (torch.cat(x).view(len(input_ids), -1) for x in zip(*chunks))
+    return (logprobs, entropies) if with_entropy else logprobs
 
 
 class TokenLogprobs(torch.nn.Module):

@@ -1,16 +1,17 @@
 """
 The trainer's policy: fp32 parameters and AdamW state, computing in `dtype` by FSDP2
-(MixedPrecisionPolicy) or by a bf16 copy in one process (the same numerics): an Adam step at the
-paper's lr 5e-7 is below bf16's resolution for most weights, so bf16 master weights would not learn.
-Its way out (via distributed.py): the full weights gathered to the master for checkpoints, and cast
-buckets for the samplers (no second full copy).
+(MixedPrecisionPolicy) or by a bf16 copy in one process (the same numerics). Its way out (via
+distributed.py): the full weights gathered to the master for checkpoints, and cast buckets for the
+samplers (no second full copy).
 """
+# fp32 masters: an Adam step at the paper's lr 5e-7 is below bf16's resolution for most weights, so
+# bf16 master weights would not learn
 import copy
+import math
 import os
 import platform
 from collections import namedtuple
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict,
@@ -28,9 +29,10 @@ Policy = namedtuple("Policy", "model logprobs optimizer rank ranks sharded")
 
 def native_bf16():
     """The instructions this CPU multiplies bf16 with ('avx512_bf16', which every AMX CPU has too;
-    Arm's 'BF16'), or '' when it has none and emulates bf16: an AVX2 CPU ran a bf16 F.linear at
-    15 GFLOP/s against fp32's 69, a bf16 a @ b at ~1 against ~100."""
-    # torch reads them from cpuinfo: instant and the same every time, unlike a timed probe
+    Arm's 'BF16'), or '' when it has none and emulates bf16."""
+    # emulated: an AVX2 CPU ran a bf16 F.linear at 15 GFLOP/s against fp32's 69, a bf16 a @ b at ~1
+    # against ~100. torch reads the flags from cpuinfo: instant and the same every time, unlike a
+    # timed probe
     if platform.machine().lower() in ("aarch64", "arm64"):
         return "BF16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else ""  # oneDNN's, on Arm
     return "avx512_bf16" if torch.cpu._is_avx512_bf16_supported() else ""
@@ -38,15 +40,17 @@ def native_bf16():
 
 def resolve_dtype(name, device):
     """A dtype knob -> (the dtype's name, why): 'auto' is bfloat16 on CUDA and on a CPU with native
-    bf16 (~4x fp32's matmul speed there), else float32; 'float32' and 'bfloat16' stay themselves."""
+    bf16, else float32; 'float32' and 'bfloat16' stay themselves."""
+    # native bf16: ~4x fp32's matmul speed
     if torch.device(device).type == "cuda":
         return ("bfloat16", "auto: CUDA") if name == "auto" else (name, "as configured")
     native = native_bf16()
     if name == "auto":
         return ("bfloat16", f"auto: this CPU has {native}") if native else \
             ("float32", "auto: this CPU has no avx512_bf16, AMX or Arm BF16")
-    slow = name == "bfloat16" and not native  # asked for: it runs, and the start says why it crawls
-    return name, "as configured, though this CPU has no native bf16" if slow else "as configured"
+    # asked for: it runs, and the start says why it crawls
+    slow = name == "bfloat16" and not native
+    return name, "as configured" + (", though this CPU has no native bf16" if slow else "")
 
 
 def load_policy(path, device, rank, ranks, sharded, dtype, checkpoint_activations, resume, **adamw):
@@ -63,22 +67,20 @@ def load_policy(path, device, rank, ranks, sharded, dtype, checkpoint_activation
     # multi-tensor path that CUDA picks by default works; CPUs take it there too, so the tests run
     # what GPUs run. A CPU's plain tensors take the fused kernel: 2.8x foreach's speed here
     # (benchmarks/step_roofline.py)
-    fused = (dict(fused=True) if not sharded and torch.device(device).type == "cpu"
-             else dict(foreach=True))
-    optimizer = torch.optim.AdamW(model.parameters(), **fused, **adamw)
-    if resume:
-        # under FSDP2 trainer rank 0 reads it for all
-        optimizer_file = os.path.join(path, "optimizer.pt")
-        state = torch.load(optimizer_file, weights_only=False) if rank == 0 or not sharded else {}
-        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=sharded)
-        set_optimizer_state_dict(model, optimizer, state, options=options)
+    fused = not sharded and torch.device(device).type == "cpu"
+    optimizer = torch.optim.AdamW(model.parameters(), **{"fused" if fused else "foreach": True},
+                                  **adamw)
+    if resume:  # under FSDP2 trainer rank 0 reads it for all
+        state = (torch.load(os.path.join(path, "optimizer.pt"), weights_only=False)
+                 if rank == 0 or not sharded else {})
+        set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(
+            full_state_dict=True, broadcast_from_rank0=sharded))
     return Policy(model, logprobs, optimizer, rank, ranks, sharded)
 
 
 def shard(model, dtype, root):
-    """FSDP2 over the trainers' group: every decoder layer (resharded after forward), then `root`
-    (its forward uses the embeddings, the final norm and the head). fp32 shards, gathered in
-    `dtype`, gradients in fp32."""
+    """FSDP2 over the trainers' group: every decoder layer, then `root` (its forward uses the
+    embeddings, the final norm and the head). fp32 shards, gathered in `dtype`, fp32 gradients."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     mixed = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     for layer in model.base_model.layers:
@@ -87,17 +89,17 @@ def shard(model, dtype, root):
 
 
 def compute_copy(model, dtype):
-    """FSDP2's numerics without FSDP2: a `dtype` copy computes; add_grads and copy_weights keep it
-    in step."""
+    """FSDP2's numerics without FSDP2: a `dtype` copy computes, kept in step by add_grads and
+    copy_weights."""
     return model if dtype == torch.float32 else copy.deepcopy(model).to(dtype)
 
 
 def sampler_module(policy, dtype):
-    """A torch sampler's module in the trainer's process: the compute module when it computes in
-    `dtype` (zero-copy updates), else a copy in `dtype` (fp32: the master itself) that push_weights
-    fills."""
-    return policy.logprobs.model if next(policy.logprobs.model.parameters()).dtype == dtype else \
-        compute_copy(policy.model, dtype)
+    """A torch sampler's module in the trainer's process: the compute module if in `dtype`
+    (zero-copy updates), else compute_copy's (push_weights fills it)."""
+    compute = policy.logprobs.model
+    same = next(compute.parameters()).dtype == dtype
+    return compute if same else compute_copy(policy.model, dtype)
 
 
 @torch.no_grad()
@@ -155,12 +157,13 @@ def gather_to_master(param, dtype):
     world, rank = dist.get_world_size(), dist.get_rank()
     chunk = -(-param.shape[0] // world)  # ceil(rows / world)
     local = param.to_local().detach()
-    padded = local.to(dtype) if local.shape[0] == chunk else torch.cat(
-        [local.to(dtype), local.new_zeros((chunk - local.shape[0], *local.shape[1:]), dtype=dtype)])
+    padded = local.to(dtype)
+    if len(local) < chunk:
+        padded = torch.cat([padded, padded.new_zeros(chunk - len(local), *local.shape[1:])])
     full = padded.new_empty((chunk * world, *param.shape[1:])) if rank == 0 else None
     with naming_peers("a trainer rank died or stopped answering (weight gather)"):
-        dist.gather(padded, list(full.chunk(world)) if full is not None else None, dst=0)
-    return full[:param.shape[0]] if full is not None else None
+        dist.gather(padded, list(full.chunk(world)) if rank == 0 else None, dst=0)
+    return full[:param.shape[0]] if rank == 0 else None
 
 
 def full_state(policy):
@@ -177,8 +180,7 @@ def full_state(policy):
 
 
 def weight_plan(model, bucket_bytes, dtype):
-    """The buckets of a push: the model's parameters in order, sized as `dtype` (what the samplers
-    run)."""
+    """The buckets of a push: the model's parameters in order, sized as `dtype` (the samplers')."""
     return bucket_plan([(name, tuple(p.shape)) for name, p in model.named_parameters()],
                        bucket_bytes, torch.finfo(dtype).bits // 8)
 
@@ -196,16 +198,16 @@ def weight_buckets(model, plan, dtype):
             if full is not None and len(bucket) == 1:
                 flat = full.reshape(-1)
             elif full is not None:
-                flat = (full.new_empty(sum(int(np.prod(s)) for _, s in bucket)) if flat is None
-                        else flat)
+                if flat is None:
+                    flat = full.new_empty(sum(math.prod(s) for _, s in bucket))
                 flat[offset:offset + full.numel()].copy_(full.reshape(-1))
-            offset += int(np.prod(shape))
+            offset += math.prod(shape)
             del full
         yield flat
 
 
 def push_weights(policy, samplers, version, dtype, bucket_bytes):
-    """After a step, the new weights into every sampler, in flight (PipelineRL), in `dtype`
+    """After a step, the new weights into every sampler in flight (PipelineRL), in `dtype`
     buckets."""
     # to the sampler ranks, or into vLLM in this process; a follower trainer (samplers None) joins
     # the gathers only. A torch sampler in this process decodes with the trainer's own module (the

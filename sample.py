@@ -4,11 +4,9 @@
 that made it and a policy mask.
 
     .add(prompt_id, prompt_ids, n)  queue a group of n completions of one prompt
-    .step() -> tokens sampled       admit queued sequences into free slots,
-                                    decode one token for each
+    .step() -> tokens sampled       admit queued sequences to free slots, decode a token each
     .pop_finished() -> [Group]      the groups whose n completions all ended, once each
-    .update_weights(named, version) between two steps:
-                                    running sequences go on on their stale KV cache
+    .update_weights(named, version) between steps: running sequences keep their stale KV cache
 """
 import functools
 import inspect
@@ -30,7 +28,7 @@ from scheduler import Completion, Group  # what comes out (the scheduler owns th
 
 
 def _last(ids, sub):
-    """The index of the last occurrence of the sequence `sub` in `ids`, -1 if none."""
+    """The index of the last occurrence of `sub` in `ids`, -1 if none."""
     return max((i for i in range(len(ids) - len(sub) + 1) if ids[i:i + len(sub)] == sub),
                default=-1)
 
@@ -115,23 +113,23 @@ class Sampler:
         c.logprobs.append(logprob if policy else math.nan)
         c.versions.append(self.version)
         c.policy_mask.append(policy)
-        n = len(c.token_ids)
+        n, phase = len(c.token_ids), seq.phase
         if policy and token in self.eos_ids:  # the policy's eos ends every phase
             self._finish(seq, "eos")
-        elif seq.phase == "capped":
+        elif phase == "capped":
             # no <think> open, or the ablation: max_new_tokens alone;
             # the completion may open <think>
             seq.thinking = _ends_with(c.token_ids, self.think_start_ids)
             if n >= self.max_new_tokens:
                 self._finish(seq, "truncated")
-        elif ((seq.phase == "thinking" and _ends_with(c.token_ids, self.think_end_ids))
-              or (seq.phase == "interrupting" and not seq.forced)):
+        elif ((phase == "thinking" and _ends_with(c.token_ids, self.think_end_ids))
+              or (phase == "interrupting" and not seq.forced)):
             # '</think>' written, or the forced phrase's last token in: the answer budget starts
             seq.answer_start = n
-        elif seq.phase == "thinking" and n >= seq.think_budget:
+        elif phase == "thinking" and n >= seq.think_budget:
             # ScaleRL's interruption: the phrase goes in next, masked
             seq.forced, c.interrupted = list(self.interrupt_ids), True
-        elif seq.phase == "answering" and n - seq.answer_start >= self.answer_budget:
+        elif phase == "answering" and n - seq.answer_start >= self.answer_budget:
             self._finish(seq, "truncated")
 
     def _finish(self, seq, reason):
@@ -158,9 +156,13 @@ class GrowingLayer(DynamicLayer):
             if T:  # the columns so far move in
                 room[0][..., :T, :], room[1][..., :T, :] = self.keys, self.values
             self.room, self.room_values = room
-        self.room[..., T:T + t, :], self.room_values[..., T:T + t, :] = key_states, value_states
-        self.keys, self.values = self.room[..., :T + t, :], self.room_values[..., :T + t, :]
+        self.keys, self.values = (x[..., :T + t, :] for x in (self.room, self.room_values))
+        self.keys[..., T:, :], self.values[..., T:, :] = key_states, value_states
         return self.keys, self.values
+
+
+def _new_cache():
+    return Cache(layer_class_to_replicate=GrowingLayer)
 
 
 @functools.cache
@@ -215,7 +217,8 @@ def inverse_cdf(weights, generator, block=1024):
     B, V = weights.shape
     full = V // block * block  # the whole blocks' entries, then a ragged last block's, if any
     masses = weights[:, :full].view(B, -1, block).sum(-1)  # (B, blocks)
-    masses = torch.cat([masses, weights[:, full:].sum(-1, keepdim=True)], 1) if full < V else masses
+    if full < V:
+        masses = torch.cat([masses, weights[:, full:].sum(-1, keepdim=True)], 1)
     u = torch.rand(B, 2, dtype=torch.float64, device=weights.device, generator=generator)
 
     def draw(weights, u):  # the first entry whose CDF (fp64) passes u x the total
@@ -256,7 +259,7 @@ class TorchSampler(Sampler):
         self.rows = []  # running _Seq, one per cache row
         # the cache: per layer keys, values (B, kv_heads, T, head_dim), extended in place; the mask
         # (B, T): 1 where a row's column holds one of its tokens (no rows, no columns yet)
-        self.cache = Cache(layer_class_to_replicate=GrowingLayer)
+        self.cache = _new_cache()
         self.mask = torch.zeros(0, 0, dtype=torch.long, device=self.device)
         self.head = None  # the LM head's weight as lm_head_logits takes it, cast once per version
 
@@ -294,15 +297,13 @@ class TorchSampler(Sampler):
         self.head = head_weight(self.model, self.fp32_head) if self.head is None else self.head
         logits = lm_head_logits(self.model, hidden, self.temperature, self.fp32_head, self.head)
         sampled, logprobs = draw_tokens(logits, self.generator)  # (B, 1), (B,)
-        sampled_logprobs = logprobs.tolist()  # CPU-GPU sync, once per step
-        running = [s.completion.finish_reason is None for s in self.rows]
-        n = sum(r and not s.forced for r, s in zip(running, self.rows))
-        for seq, token, logprob, r in zip(self.rows, sampled[:, 0].tolist(), sampled_logprobs,
-                                          running):
-            # a forced row takes one phrase token a step,
-            # its sampled token thrown away (ours: simple)
-            policy = not seq.forced
-            if r:  # an ended row decodes into nothing until it is dropped (below)
+        n = 0  # tokens sampled by the policy; .tolist(): a CPU-GPU sync, once per step
+        for seq, token, logprob in zip(self.rows, sampled[:, 0].tolist(), logprobs.tolist()):
+            # an ended row decodes into nothing until it is dropped (below); a forced row takes one
+            # phrase token a step, its sampled token thrown away (ours: simple)
+            if seq.completion.finish_reason is None:
+                policy = not seq.forced
+                n += policy
                 self._push(seq, token if policy else seq.forced.pop(0), logprob, policy)
         keep = [i for i, s in enumerate(self.rows) if s.completion.finish_reason is None]
         # dropping rows copies the whole cache (a third of a Qwen decode step at 192 rows when it
@@ -329,10 +330,9 @@ class TorchSampler(Sampler):
                             device=self.device)
         kv = None  # stays None if every prompt is one token: a block with no columns
         if width:
-            context = [[0] * (width - n) + list(p[:n])
-                       for n, p in zip(lengths, prompts)]  # left-padded
-            context = torch.tensor(context, device=self.device)  # (U, width)
-            cache = Cache(layer_class_to_replicate=GrowingLayer)
+            context = torch.tensor([[0] * (width - n) + list(p[:n])  # left-padded, (U, width)
+                                    for n, p in zip(lengths, prompts)], device=self.device)
+            cache = _new_cache()
             forward_with_cache(self.model, context, cache, mask, (mask.cumsum(1) - 1).clamp(min=0))
             kv = [(layer.keys[rows], layer.values[rows])
                   for layer in cache.layers]  # a row per sequence
@@ -351,7 +351,7 @@ class TorchSampler(Sampler):
         mask = torch.cat([F.pad(m, (T - m.shape[1], 0)) for _, m in parts])  # (B, T)
         # the first column in use
         start = next((j for j, used in enumerate(mask.any(0).tolist()) if used), T)
-        self.mask, self.cache = mask[:, start:], Cache(layer_class_to_replicate=GrowingLayer)
+        self.mask, self.cache = mask[:, start:], _new_cache()
         if start == T:  # no column left: an empty cache
             return
         # a block with columns: the layers' shapes
@@ -419,10 +419,11 @@ class _VLLMEngine:
                                "weights cannot be pushed in flight "
                                "(VLLM_USE_V2_MODEL_RUNNER=0 selects the V1 runner)")
         self.engine = self.llm.llm_engine
-        self.tied = self.engine.vllm_config.model_config.hf_config.tie_word_embeddings
+        config = self.engine.vllm_config
+        self.tied = config.model_config.hf_config.tie_word_embeddings
         # (KV cache tokens, max_model_len sequences that fit):
         # vllm/v1/core/kv_cache_utils.py's sizing
-        cache = self.engine.vllm_config.cache_config
+        cache = config.cache_config
         self.kv_capacity = cache.kv_cache_size_tokens, cache.kv_cache_max_concurrency
 
     def add(self, request_id, prompt_ids, max_tokens, temperature, eos_ids, cache_salt):
@@ -536,14 +537,13 @@ def make_sampler(path, task, layout, version, max_len, config, policy=None):
     from policy import sampler_module
     c = config
     encode = lambda text: task.tokenizer.encode(text, add_special_tokens=False)
-    interrupting = c["length_control"] == "interrupt"
+    think_budget = c["think_budget_min"], c["think_budget_max"]
     knobs = dict(temperature=c["temperature"], fp32_head=c["fp32_head"],
                  max_seqs=c["sampler_slots"], seed=c["seed"] + 1000 * layout.rank + version,
                  version=version, eos_ids=task.eos_ids,
                  think_start_ids=encode(data.THINK_START), think_end_ids=encode(data.THINK_END),
                  interrupt_ids=data.interruption(task.tokenizer), answer_budget=c["answer_budget"],
-                 think_budget=((c["think_budget_min"], c["think_budget_max"]) if interrupting
-                               else None),
+                 think_budget=think_budget if c["length_control"] == "interrupt" else None,
                  max_new_tokens=c["think_budget_max"] + c["answer_budget"])
     if c["sampler"] == "torch":
         from transformers import AutoModelForCausalLM
@@ -551,9 +551,9 @@ def make_sampler(path, task, layout, version, max_len, config, policy=None):
         module = sampler_module(policy, as_sampled) if policy else \
             AutoModelForCausalLM.from_pretrained(path, dtype=as_sampled).to(layout.device).eval()
         return TorchSampler(module, **knobs)
-    on_gpu = dict(gpu_memory_utilization=c["vllm_gpu_memory" if layout.world == 1
-                                           else "vllm_gpu_memory_own"])
-    budget = on_gpu if c["device"] == "cuda" else dict(kv_cache_memory_bytes=1 << 30)
+    share = c["vllm_gpu_memory" if layout.world == 1 else "vllm_gpu_memory_own"]
+    budget = (dict(gpu_memory_utilization=share) if c["device"] == "cuda"
+              else dict(kv_cache_memory_bytes=1 << 30))
     engine = dict(dtype=c["sampler_dtype"], max_model_len=max_len, **budget)
     handle = VLLMSampler(path, engine_kwargs=engine, **knobs)
     # beyond it, vLLM preempts and recomputes sequences
