@@ -23,8 +23,8 @@ from fit_curve import fit_sigmoid
 from policy import full_state
 
 class Log(namedtuple("Log", "file history wandb warned")):
-    """The open log.jsonl; history: key -> [(gpu_hours, value)] for the live fits; wandb: None, or
-    wandb; warned: the warnings' state (warnings())."""
+    """The open log.jsonl; history: key -> [(gpu_hours, value)] for the live fits; wandb: the module
+    or None; warned: warnings()' state."""
 
     def close(self):
         self.file.close()
@@ -42,10 +42,9 @@ def first_line(error):
 
 @contextmanager
 def writing(path, undo=lambda: None):
-    """A write into out_dir (out_dir/NAME). One that fails (a full disk, a lost mount: OSError, or
-    torch's and safetensors' own errors) -> undo() (give the room back, cut a torn line), one line
-    naming `path`, exit 1 at once (no clean-up: peers may hold collectives; they see the connection
-    break)."""
+    """A write into out_dir/NAME. One that fails (a full disk, a lost mount: OSError, or torch's and
+    safetensors' own errors) -> undo() (give the room back, cut a torn line), a line naming `path`,
+    exit 1 at once (no clean-up: peers may hold collectives; they see the connection break)."""
     try:
         yield
     except Exception as e:
@@ -131,24 +130,24 @@ def first_row(state, logged, eval_interval):
     return dict(state["row"]), state["step"] % eval_interval == 0 or state["last"]
 
 
-def fitted(key):
-    """The log's keys the live fits follow: val_reward and val_reward_<domain>, not their standard
-    errors."""
-    return key.startswith("val_reward") and not key.endswith("_se")
+def follow(history, row):
+    """A row's points for the live fits (val_reward and val_reward_<domain>, not their standard
+    errors) added to `history` -> their keys."""
+    keys = [k for k in row if k.startswith("val_reward") and not k.endswith("_se")]
+    for key in keys:
+        history[key].append((row["gpu_hours"], row[key]))
+    return keys
 
 
 def log_step(log, row, t_start):
     """The live scaling-law fits on validation steps (one per domain), the JSONL row, the human
     line."""
-    for key in list(filter(fitted, row)):
-        log.history[key].append((row["gpu_hours"], row[key]))
-        try:  # live prediction: the same fit as `python fit_curve.py out/log.jsonl --y=KEY`
+    for key in follow(log.history, row):
+        # live prediction: the same fit as `python fit_curve.py out/log.jsonl --y=KEY`
+        with suppress(ValueError):  # fewer than 4 points past the early transient
             fit = fit_sigmoid(*zip(*log.history[key]))
-            suffix = key.removeprefix("val_reward")
-            row.update({f"fit_A{suffix}": fit.A, f"fit_B{suffix}": fit.B,
-                        f"fit_C_mid{suffix}": fit.C_mid})
-        except ValueError:
-            pass  # fewer than 4 points past the early transient
+            row.update({f"fit_{k}{key.removeprefix('val_reward')}": getattr(fit, k)
+                        for k in ("A", "B", "C_mid")})
     row["time"] = time.time() - t_start
     warnings(log.warned, row)
     path = log.file.name
@@ -175,11 +174,11 @@ def log_step(log, row, t_start):
 def warnings(warned, row):
     """The paper's warnings, each once a sitting, on the console and in the row ('warning'), with
     what to do."""
-    if warned.get("mismatch_lag0") is None:  # the sitting's first figure
-        warned["mismatch_lag0"] = row.get("logprob_mismatch_lag0")
-    first = warned["mismatch_lag0"]
     cut, lag0, c_mid = (row.get("truncation_rate", 0.0), row.get("logprob_mismatch_lag0"),
                         row.get("fit_C_mid"))
+    if warned.get("mismatch_lag0") is None:  # the sitting's first figure
+        warned["mismatch_lag0"] = lag0
+    first = warned["mismatch_lag0"]
     found = {
         "truncation": cut > warned["limit"] and
         f"truncation rate {cut:.0%} > warn_truncation={warned['limit']}: the paper saw instability "
@@ -191,8 +190,7 @@ def warnings(warned, row):
         f"the live fit's C_mid {c_mid:.3g} lies beyond the data ({row['gpu_hours']:.3g} "
         "gpu_hours): its A is an extrapolation; trust it once C_mid is inside the run"}
     new = [message for key, message in found.items() if message and not warned.get(key)]
-    for key, message in found.items():
-        warned[key] = warned.get(key) or bool(message)
+    warned.update({key: warned.get(key) or bool(message) for key, message in found.items()})
     for message in new:
         print(f"warning: {message}", flush=True)
     if new:
@@ -230,8 +228,7 @@ def open_run(out_dir, config, layout, n_params, isolation, logged):
             f.writelines(json.dumps(r) + "\n" for r in rows)
         os.replace(path + ".tmp", path)
     for r in rows:
-        for key in filter(fitted, r):
-            history[key].append((r["gpu_hours"], r[key]))
+        follow(history, r)
     return Log(open(path, "a"), history, mirror, dict(limit=config.get("warn_truncation", 0.15)))
 
 

@@ -1,13 +1,11 @@
-"""The roles of `torchrun --nproc_per_node=N train.py --n_samplers=S`
+"""The roles of `torchrun --nproc_per_node=N train.py --n_samplers=S`, T = N - S of them trainers
 (README, "Many processes, many GPUs"):
 
-    master          rank 0         trains; owns the curriculum, log, validation, checkpoints;
-                                   feeds samplers
-    follower        1 .. T-1       trains its share of the batches the master sends
-                                   (T = N - S trainers)
-    sampler         T .. N-1       generates all the time; new weights land between two engine steps
-    data_parallel   all, if S = 0  each rank samples and trains its own share of the prompts
-    single          python train.py: sampler and trainer take turns in one process
+    master         0          trains; owns curriculum, log, validation, checkpoints; feeds samplers
+    follower       1 .. T-1   trains its share of the batches the master sends
+    sampler        T .. N-1   generates all the time; new weights land between two engine steps
+    data_parallel  all, S = 0 each rank samples and trains its own share of the prompts
+    single         python train.py: sampler and trainer take turns in one process
 """
 import datetime
 import os
@@ -27,8 +25,8 @@ import torch.distributed as dist
 
 from scheduler import Group
 
-Layout = namedtuple("Layout", ["rank", "world", "role", "trainers", "samplers", "trainer_rank",
-                               "device", "store", "mailbox", "weight_group", "heartbeat"])
+Layout = namedtuple("Layout", "rank world role trainers samplers trainer_rank device store mailbox "
+                               "weight_group heartbeat")
 TAG = 7  # the control group's point-to-point tag (its collectives use their own slots)
 PREEMPTED = 75  # every rank's exit code after a stop signal and its checkpoint
                 # (sysexits' EX_TEMPFAIL)
@@ -90,11 +88,15 @@ def gpu_for(local_rank, visible):
     return entries[local_rank]
 
 
+def env(name, default=0):
+    """torchrun's environment variable `name`, an int."""
+    return int(os.environ.get(name, default))
+
+
 def place(n_samplers, sampler, device_type):
     """Before CUDA starts: refuse two ranks on one GPU (ValueError);
     show a vLLM sampler rank only its GPU."""
-    world, local_world = (int(os.environ.get("WORLD_SIZE", 1)),
-                          int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    world, local_world = env("WORLD_SIZE", 1), env("LOCAL_WORLD_SIZE", 1)
     # pushed weights reach only an engine in this process (an iterator cannot cross over)
     if sampler == "vllm":
         require_env("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -110,9 +112,8 @@ def place(n_samplers, sampler, device_type):
             raise ValueError(f"{local_world} ranks on this node but {n_gpus} GPUs visible: two "
                              f"ranks would share a GPU; launch --nproc_per_node={n_gpus} or fewer")
         # an in-process vLLM engine takes cuda:0 of what it sees
-        if sampler == "vllm" and int(os.environ.get("RANK", 0)) >= world - n_samplers > 0:
-            os.environ["CUDA_VISIBLE_DEVICES"] = gpu_for(int(os.environ.get("LOCAL_RANK", 0)),
-                                                         visible)
+        if sampler == "vllm" and env("RANK") >= world - n_samplers > 0:
+            os.environ["CUDA_VISIBLE_DEVICES"] = gpu_for(env("LOCAL_RANK"), visible)
         require_env("NCCL_CUMEM_ENABLE", "0")  # as vLLM sets it:
                                                # the weight broadcast's two ends agree
 
@@ -126,8 +127,7 @@ def require_env(name, value):
 def setup(n_samplers, timeout_s, device_type, sampler):
     """Read torchrun's environment, make the groups, start the heartbeat -> Layout.
     One process: no groups."""
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    rank, world, local_rank = env("RANK"), env("WORLD_SIZE", 1), env("LOCAL_RANK")
     trainers = world - n_samplers
     role = ("single" if world == 1 else "data_parallel" if n_samplers == 0 else
             "master" if rank == 0 else "follower" if rank < trainers else "sampler")

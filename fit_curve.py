@@ -36,39 +36,36 @@ PowerLawFit = namedtuple("PowerLawFit", "A B D rmse")
 # reading a log
 
 def read_log(path, x_col="gpu_hours", y_col="val_reward"):
-    """-> (x, y) arrays of the rows with both columns, from a .csv with a header or train.py's JSONL
-    log."""
+    """-> (x, y) arrays of the rows with both columns, of a headed .csv or train.py's JSONL log."""
     # bad input raises ValueError, one line naming the line and the field
-    rows = []  # (line number, record)
     try:
         with open(path, newline="") as f:
-            if path.endswith(".csv"):
-                reader = csv.DictReader(f)
-                # a cell: a str, or None if missing; a long row's extras sit under None
-                for record in reader:
-                    rows.append((reader.line_num,
-                                 {k: v for k, v in record.items() if k is not None and v}))
-            else:
-                for line_number, line in enumerate(lines := f.readlines(), 1):
-                    try:
-                        # a blank line holds nothing
-                        record = json.loads(line) if line.strip() else {}
-                    except json.JSONDecodeError as e:
-                        if line_number == len(lines) and not line.endswith("\n"):
-                            # a live run's line still being written: the next read will have it
-                            break
-                        raise ValueError(f"line {line_number} is not JSON ({e.msg})") from None
-                    if not isinstance(record, dict):
-                        raise ValueError(f"line {line_number} is not a JSON object")
-                    rows.append((line_number, {k: v for k, v in record.items() if v is not None}))
+            lines = f.readlines()
     except OSError as e:
         raise ValueError(f"cannot read the file ({e.strerror})") from None
+    rows = []  # (line number, record)
+    if path.endswith(".csv"):
+        reader = csv.DictReader(lines)
+        # a cell: a str, or None if missing; a long row's extras sit under None
+        rows = [(reader.line_num, {k: v for k, v in record.items() if k is not None and v})
+                for record in reader]
+    else:
+        for number, line in enumerate(lines, 1):
+            try:
+                record = json.loads(line) if line.strip() else {}  # a blank line holds nothing
+            except json.JSONDecodeError as e:
+                if number == len(lines) and not line.endswith("\n"):
+                    break  # a live run's line still being written: the next read will have it
+                raise ValueError(f"line {number} is not JSON ({e.msg})") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"line {number} is not a JSON object")
+            rows.append((number, {k: v for k, v in record.items() if v is not None}))
     columns = set().union(*(record for _, record in rows))
     if missing := [col for col in (x_col, y_col) if col not in columns]:
         raise ValueError(f"no column {missing[0]!r}; the columns are: "
                          f"{', '.join(sorted(columns)) or 'none'}")
     points = []  # (line number, x, y)
-    for line_number, record in rows:
+    for number, record in rows:
         if x_col not in record or y_col not in record:
             continue  # a training step without evaluation, or the config line
         for col in (x_col, y_col):
@@ -76,20 +73,19 @@ def read_log(path, x_col="gpu_hours", y_col="val_reward"):
             with suppress(TypeError, ValueError):
                 if not isinstance(record[col], bool) and math.isfinite(float(record[col])):
                     continue
-            raise ValueError(f"line {line_number}: {col} is {record[col]!r}, not a finite number")
+            raise ValueError(f"line {number}: {col} is {record[col]!r}, not a finite number")
         x, y = float(record[x_col]), float(record[y_col])
         if points and x <= points[-1][1]:
-            raise ValueError(f"line {line_number}: {x_col} {x:g} is not above {points[-1][1]:g} "
+            raise ValueError(f"line {number}: {x_col} {x:g} is not above {points[-1][1]:g} "
                              f"on line {points[-1][0]}; compute must increase")
-        points.append((line_number, x, y))
-    return np.array([x for _, x, _ in points]), np.array([y for _, _, y in points])
+        points.append((number, x, y))
+    return np.array([p[1] for p in points]), np.array([p[2] for p in points])
 
 # -----------------------------------------------------------------------------
 # the fit
 
 def sigmoid(x, R0, A, B, C_mid):
-    """The ScaleRL law at compute x > 0; 1 / (1 + (C_mid/x)^B) = expit(B log(x/C_mid)),
-    overflow-free."""
+    """The ScaleRL law at x > 0; 1 / (1 + (C_mid/x)^B) = expit(B log(x/C_mid)), overflow-free."""
     return R0 + (A - R0) * expit(B * (np.log(x) - np.log(C_mid)))
 
 
@@ -105,12 +101,18 @@ def fit_window(x, min_x=None, fit_until=None):
     return known & (x >= min_x) & (x > 0), float(min_x)  # x > 0: R(0) = R0 by construction
 
 
+def in_window(x, y, min_x, fit_until):
+    """-> (x, y) of the points in a fit's window, as float arrays."""
+    mask, _ = fit_window(x, min_x, fit_until)
+    return np.asarray(x, float)[mask], np.asarray(y, float)[mask]
+
+
 def grid_of_A(y, yw, R0):
     """The values A may take, for a curve y and its fit window's part yw."""
     # on A_STEP's grid, within (0, 1) for a pass rate (else y's range widened by its width), and not
     # below what a rising curve's window reached, within noise: the mean of its last tenth, less 3
-    # standard errors (the noise sd from successive differences). A falling curve (ours: a collapsing
-    # run, or a loss) is allowed, mirrored: A at most what it reached
+    # standard errors (the noise sd from successive differences). A falling curve (ours: a
+    # collapsing run, or a loss) is allowed, mirrored: A at most what it reached
     span = y.max() - y.min()
     lo, hi = (0.0, 1.0) if 0 <= y.min() <= y.max() <= 1 else (y.min() - span, y.max() + span)
     k = max(3, len(yw) // 10)
@@ -123,8 +125,7 @@ def grid_of_A(y, yw, R0):
 
 
 def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None):
-    """Fit the sigmoid to a curve from step 0 -> SigmoidFit. R0: r0 or y[0], fixed (paper); a fixes
-    A."""
+    """A curve from step 0 -> its SigmoidFit. R0: r0 or y[0], fixed (paper); a fixes A."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     if len(x) != len(y) or len(x) == 0 or np.any(np.diff(x) <= 0):
         raise ValueError("x and y must have the same, non-zero length and x must increase")
@@ -148,8 +149,7 @@ def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None):
     # SSE = |d|^2 - 2 gain (f.d) + gain^2 (f.f), f the sigmoid's shape: one matrix product per B.
     log_x, d = np.log(xw), yw - R0  # (n,)
     log_c = np.linspace(np.log(xw[0] / C_MID_SPAN), np.log(xw[-1] * C_MID_SPAN), N_C_MID)  # (nC,)
-    best_sse, best_b, best_log_c = (np.full(len(gain), np.inf), np.zeros(len(gain)),
-                                    np.zeros(len(gain)))
+    best_sse, (best_b, best_log_c) = np.full(len(gain), np.inf), np.zeros((2, len(gain)))
     for B in B_GRID:
         shape = expit(B * (log_x[None, :] - log_c[:, None]))  # (nC, n)
         sse = d @ d - 2 * np.outer(gain, shape @ d) + np.outer(gain ** 2, (shape * shape).sum(1))
@@ -182,17 +182,16 @@ def fit_sigmoid(x, y, r0=None, min_x=None, fit_until=None, a=None):
 
 
 def bootstrap(x, y, fit, n_resamples=200, seed=0):
-    """95% percentile intervals {"A": (lo, hi), "B": ..., "C_mid": ...} of a fit, from resampled
-    residuals."""
+    """A fit's 95% percentile intervals {"A": (lo, hi), "B", "C_mid"}, from resampled residuals."""
     # ours (the paper's error bar is repeat runs, A +-0.015); the logged compute, R0 and window stay
     # fixed
-    mask, _ = fit_window(x, fit.min_x, fit.fit_until)
-    xw, yw = np.asarray(x, float)[mask], np.asarray(y, float)[mask]
-    predicted = sigmoid(xw, fit.R0, fit.A, fit.B, fit.C_mid)
-    residuals = (yw - predicted) - (yw - predicted).mean()  # centred
+    xw, yw = in_window(x, y, fit.min_x, fit.fit_until)
+    predicted = sigmoid(xw, *fit[:4])
+    residuals = yw - predicted
+    residuals -= residuals.mean()  # centred
     rng = np.random.default_rng(seed)
-    resampled = (predicted + rng.choice(residuals, len(residuals)) for _ in range(n_resamples))
-    fits = [fit_sigmoid(xw, y_star, r0=fit.R0, min_x=fit.min_x) for y_star in resampled]
+    fits = [fit_sigmoid(xw, predicted + rng.choice(residuals, len(residuals)), fit.R0, fit.min_x)
+            for _ in range(n_resamples)]
     return dict(fits=fits, **{k: tuple(np.percentile([getattr(f, k) for f in fits], [2.5, 97.5]))
                               for k in ("A", "B", "C_mid")})
 
@@ -200,7 +199,7 @@ def bootstrap(x, y, fit, n_resamples=200, seed=0):
 def band(fits, x, rmse=0.0):
     """The 95% band of the resampled fits' curves at x -> (lo, hi), widened by 1.96 rmse."""
     # rmse, a point's own noise: the band a later point should lie in
-    curves = [sigmoid(np.asarray(x, float), f.R0, f.A, f.B, f.C_mid) for f in fits]
+    curves = [sigmoid(np.asarray(x, float), *f[:4]) for f in fits]
     lo, hi = np.percentile(curves, [2.5, 97.5], axis=0)
     return lo - 1.96 * rmse, hi + 1.96 * rmse
 
@@ -209,11 +208,11 @@ def profile_A(x, y, fit, level=0.95):
     """A's profile interval (ours) -> (lo, hi); hi None where the data do not bound A above."""
     # the A whose best (B, C_mid) leave a squared error within the F test's bound of the best fit's;
     # hi None at the top of A's grid (a window that ends before C_mid); lo at worst what y reached
-    mask, _ = fit_window(x, fit.min_x, fit.fit_until)
-    y, n = np.asarray(y, float), int(mask.sum())
+    _, yw = in_window(x, y, fit.min_x, fit.fit_until)
+    y, n = np.asarray(y, float), len(yw)
     error = lambda a: fit_sigmoid(x, y, fit.R0, fit.min_x, fit.fit_until, a=a).rmse ** 2 * n
     bound = fit.rmse ** 2 * n * (1 + f_dist.ppf(level, 1, n - 3) / (n - 3))
-    grid = grid_of_A(y, y[mask], fit.R0)
+    grid = grid_of_A(y, yw, fit.R0)
     ends, start = [], int(np.abs(grid - fit.A).argmin())
     for step in (-1, 1):
         i = start
@@ -224,8 +223,8 @@ def profile_A(x, y, fit, level=0.95):
 
 
 def rank_runs(names, curves, fits, margin=A_MARGIN):
-    """The paper's comparison rule, best first: runs within margin of a group's top A rank by B at
-    mean A."""
+    """The paper's comparison rule, best first: runs within margin of their group's top A rank by B
+    at its mean A."""
     groups = []
     for i in sorted(range(len(fits)), key=lambda i: -fits[i].A):
         # exactly margin apart: within
@@ -236,8 +235,8 @@ def rank_runs(names, curves, fits, margin=A_MARGIN):
     # a run alone in its group has no common A and no refit: it is ranked by its A
     for group in groups:
         common_A = float(np.mean([fits[i].A for i in group])) if len(group) > 1 else None
-        refit_B = {i: fit_sigmoid(*curves[i], r0=fits[i].R0, min_x=fits[i].min_x,
-                                  fit_until=fits[i].fit_until, a=common_A).B
+        refit_B = {i: fit_sigmoid(*curves[i], fits[i].R0, fits[i].min_x, fits[i].fit_until,
+                                  common_A).B
                    for i in group if common_A is not None}
         ranking += [dict(run=names[i], index=i, A=fits[i].A, common_A=common_A,
                          B_at_common_A=refit_B.get(i))
@@ -248,8 +247,7 @@ def rank_runs(names, curves, fits, margin=A_MARGIN):
 def fit_power_law(x, y, min_x, fit_until=None, a_max=1.0):
     """R = A - D / C^B, the paper's high-compute limit, on the sigmoid's window -> PowerLawFit."""
     # grid B, solve (A, D), polish with curve_fit
-    mask, _ = fit_window(x, min_x, fit_until)
-    xw, yw = np.asarray(x, float)[mask], np.asarray(y, float)[mask]
+    xw, yw = in_window(x, y, min_x, fit_until)
     # D relative to the window's geometric-mean compute, then rescaled
     c_ref = math.exp(np.log(xw).mean())
     candidates = []  # (sse, A, B, D)
@@ -272,13 +270,12 @@ def fit_power_law(x, y, min_x, fit_until=None, a_max=1.0):
 # plot and command line
 
 def fmt_compute(v):
-    """A compute value for people: whole GPU-hours on a cluster, 4 significant digits on a toy
-    run."""
+    """A compute value for people: whole GPU-hours on a cluster, 4 significant digits on a toy."""
     return f"{v:.0f}" if 100 <= abs(v) < 1e7 else f"{v:.4g}"
 
 
 def plot_fits(path, runs, x_col, y_col):
-    """runs: dicts with name, x, y, fit. Fitted points filled, the rest (early transient, held out)
+    """runs: dicts of name, x, y, fit (, fits). Fitted points filled, the rest (transient, held out)
     hollow."""
     # not pyplot: a file, no display and no global figure to close
     from matplotlib.figure import Figure
@@ -290,14 +287,15 @@ def plot_fits(path, runs, x_col, y_col):
         ax.scatter(x[used], y[used], s=14, color=colour)
         ax.scatter(x[shown & ~used], y[shown & ~used], s=14, facecolors="none", edgecolors=colour)
         grid = np.geomspace(x[shown].min(), 2 * x.max(), 300)
-        curve = sigmoid(grid, fit.R0, fit.A, fit.B, fit.C_mid)
+        curve = sigmoid(grid, *fit[:4])
         inside = (grid >= fit.min_x) & (grid <= fit.max_x)
         label = f"{run['name']}: A={fit.A:.3f} B={fit.B:.2f} C_mid={fmt_compute(fit.C_mid)}"
         # the law dashed beyond the fit window, solid over it
         ax.plot(grid, curve, "--", color=colour, lw=1)
         ax.plot(grid[inside], curve[inside], "-", color=colour, label=label)
         ax.axhline(fit.A, linestyle=":", color=colour, lw=1)  # the asymptote A
-        if run.get("fits"):  # the prediction band beyond the window: the curves' and a point's noise
+        # the prediction band beyond the window: the curves' and a point's noise
+        if run.get("fits"):
             beyond = grid[grid >= fit.max_x]
             ax.fill_between(beyond, *band(run["fits"], beyond, fit.rmse), color=colour, alpha=0.15)
     ax.set(xscale="log", xlabel=f"compute ({x_col}, log scale)", ylabel=y_col,
@@ -349,29 +347,26 @@ def main(argv=None):
             parser.exit(2, f"fit_curve.py: error: {path}: {e}\n")
         result = dict(run=path, **fit._asdict(), x_col=args.x, y_col=args.y,
                       A_profile=profile_A(x, y, fit), C_mid_beyond_fit=fit.C_mid > fit.max_x)
-        fits = []
-        if args.bootstrap > 0:
-            intervals = bootstrap(x, y, fit, args.bootstrap, args.seed)
-            fits = intervals.pop("fits")
-            result.update({k + "_ci": [float(v) for v in interval]
-                           for k, interval in intervals.items()})
-        if fit.C_mid > fit.max_x:
+        intervals = bootstrap(x, y, fit, args.bootstrap, args.seed) if args.bootstrap > 0 else {}
+        fits = intervals.pop("fits", [])
+        result.update({k + "_ci": [float(v) for v in ci] for k, ci in intervals.items()})
+        if result["C_mid_beyond_fit"]:
             notes.append(f"{path}: C_mid lies beyond the last fitted point: the run has not "
                          f"reached half its gain yet, so A is a long extrapolation")
         if args.fit_until is not None:
             later = x > args.fit_until
-            errors = np.abs(y[later] - sigmoid(x[later], fit.R0, fit.A, fit.B, fit.C_mid))
-            mae, max_err = ((float(errors.mean()), float(errors.max())) if later.any()
-                            else (None, None))
+            xl, yl = x[later], y[later]
+            errors = np.abs(yl - sigmoid(xl, *fit[:4]))
+            mae, max_err = (float(errors.mean()), float(errors.max())) if len(xl) else (None, None)
             result.update(extrapolation_n=len(errors), extrapolation_mae=mae,
                           extrapolation_max_err=max_err)
             past = f"past {args.x} {fmt_compute(args.fit_until)}"
             notes.append(f"{path}: predicted {past}: mean |error| {mae:.4f}, max {max_err:.4f} "
-                         f"over {len(errors)} points" if later.any() else
+                         f"over {len(errors)} points" if len(xl) else
                          f"{path}: no points {past} to check the prediction on")
-            if fits and later.any():  # the band a point should lie in: the curves', and its noise
-                lo, hi = band(fits, x[later], fit.rmse)
-                inside = float(np.mean((lo <= y[later]) & (y[later] <= hi)))
+            if fits and len(xl):  # the band a point should lie in: the curves', and its noise
+                lo, hi = band(fits, xl, fit.rmse)
+                inside = float(np.mean((lo <= yl) & (yl <= hi)))
                 result["extrapolation_in_band"] = inside
                 notes.append(f"{path}: {inside:.0%} of them inside the 95% prediction band")
         if args.powerlaw:
@@ -401,6 +396,7 @@ def main(argv=None):
         print(json.dumps([{k: clean(v) for k, v in r["result"].items()} for r in runs], indent=1))
         return
     width = max(len(r["name"]) for r in runs)
+    pad = " " * (width + 2)
     print(f"{'run':<{width}}  {'R0':>6}  {'A':>6}  {'B':>6}  {'C_mid':>10}  "
           f"{'fit window (' + args.x + ')':>24}  {'n':>4}  {'RMSE':>7}  {'R^2':>6}")
     for run in runs:
@@ -411,11 +407,10 @@ def main(argv=None):
               f"{fit.r2:6.3f}")
         lo, hi = result["A_profile"]
         shown = f"{hi:.3f}]" if hi is not None else "...]: not bounded above by the data"
-        print(f"{'':<{width}}  A profile interval [{lo:.3f}, {shown} (F test, 95%)")
+        print(f"{pad}A profile interval [{lo:.3f}, {shown} (F test, 95%)")
         if "A_ci" in result:
-            (a_lo, a_hi), (b_lo, b_hi), (c_lo, c_hi) = (result["A_ci"], result["B_ci"],
-                                                        result["C_mid_ci"])
-            print(f"{'':<{width}}  95% interval: A [{a_lo:.3f}, {a_hi:.3f}]  "
+            (a_lo, a_hi), (b_lo, b_hi), (c_lo, c_hi) = map(result.get, ("A_ci", "B_ci", "C_mid_ci"))
+            print(f"{pad}95% interval: A [{a_lo:.3f}, {a_hi:.3f}]  "
                   f"B [{b_lo:.3f}, {b_hi:.3f}]  C_mid [{fmt_compute(c_lo)}, {fmt_compute(c_hi)}]  "
                   f"({args.bootstrap} residual-bootstrap resamples)")
     for note in notes:

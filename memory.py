@@ -1,5 +1,5 @@
-"""The memory plan per role from a model's config.json (README: "What fits"), and the heap handed back
-to the OS after each step (release). Without the model:
+"""The memory plan per role from a model's config.json (README: "What fits"), and the heap handed
+back to the OS after each step (release). Without the model:
 
     python memory.py --hidden_size=4096 --num_hidden_layers=36 --intermediate_size=12288 \\
         --vocab_size=151936 --num_attention_heads=32 --num_key_value_heads=8 --gpus=8 --n_samplers=6
@@ -19,12 +19,12 @@ Shape = namedtuple("Shape", "hidden layers intermediate vocab kv_dim tied params
 FIELDS = ("hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size",
           "num_attention_heads", "num_key_value_heads")
 
-
-_malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", lambda _: 0)  # looked up once, not every step
+# looked up once, not every step
+_malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", lambda _: 0)
 
 
 def release():
-    """Hand the heap's free pages back to the OS: glibc's malloc_trim, a no-op under another libc."""
+    """The heap's free pages back to the OS: glibc's malloc_trim, a no-op under another libc."""
     # glibc keeps memory freed below the heap's last block in use: over a sitting a CPU trainer's
     # resident memory grew from 12.8 to 18.7 GiB, 7.1 GiB of it free (docs/real_model.md)
     _malloc_trim(0)
@@ -171,7 +171,7 @@ def slots_warning(kv_tokens, expected_len, slots):
 
 
 def describe(roles, gpu_bytes=None):
-    """The plan as a few printable lines, one per role."""
+    """The plan as printable lines, one per role."""
     of = f" of {gpu_bytes / GiB:.0f}" if gpu_bytes else ""
     parts = lambda terms: " | ".join(f"{term} {size / GiB:.1f}" for term, size, _ in terms)
     return "\n".join(f"memory plan, {role}: {parts(terms)} | total {total(terms) / GiB:.1f} GiB{of}"
@@ -193,12 +193,11 @@ def check(roles, gpu_bytes, one_gpu):
 def plan_run(path, layout, config, max_len):
     """Print the plan and any warning on rank 0 -> check()'s verdict on CUDA, else None."""
     from transformers import AutoConfig
-    gpu = (torch.cuda.get_device_properties(layout.device).total_memory
-           if layout.device.type == "cuda" else 0)
-    one_gpu = layout.world == 1
-    share = config["vllm_gpu_memory" if one_gpu else "vllm_gpu_memory_own"]
+    cpu, one_gpu = layout.device.type == "cpu", layout.world == 1
+    gpu = 0 if cpu else torch.cuda.get_device_properties(layout.device).total_memory
     # vLLM's memory is planned on CUDA only
-    share = share if gpu and config["sampler"] == "vllm" else 0.0
+    share = (config["vllm_gpu_memory" if one_gpu else "vllm_gpu_memory_own"]
+             if gpu and config["sampler"] == "vllm" else 0.0)
     rows = config["micro_batch"] or config["prompts_per_step"] * config["samples_per_prompt"]
     # a micro-batch's at most
     tokens = min(config["micro_batch_tokens"] or rows * max_len, rows * max_len)
@@ -208,7 +207,6 @@ def plan_run(path, layout, config, max_len):
     # sharded by FSDP2 when 2+ trainers sit beside sampler ranks (else data parallel)
     sharded = layout.trainers > 1 and layout.samplers > 0
     dtype_bytes = 2 if config["dtype"] == "bfloat16" else 4
-    cpu = layout.device.type == "cpu"
     slots = config["sampler_slots"]
     torch_slots = cpu and config["sampler"] == "torch" and not layout.samplers and slots
     roles = plan(
