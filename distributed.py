@@ -1,11 +1,11 @@
 """The roles of `torchrun --nproc_per_node=N train.py --n_samplers=S`, T = N - S of them trainers
 (README, "Many processes, many GPUs"):
 
-    master         0          trains; owns curriculum, log, validation, checkpoints; feeds samplers
-    follower       1 .. T-1   trains its share of the batches the master sends
-    sampler        T .. N-1   generates all the time; new weights land between two engine steps
-    data_parallel  all, S = 0 each rank samples and trains its own share of the prompts
-    single         python train.py: sampler and trainer take turns in one process
+    master         0           trains; owns curriculum, log, validation, checkpoints; feeds samplers
+    follower       1 .. T-1    trains its share of the batches the master sends
+    sampler        T .. N-1    generates all the time; new weights land between two engine steps
+    data_parallel  all (S = 0) each rank samples and trains its own share of the prompts
+    single         1           python train.py: sampler and trainer take turns in one process
 """
 import datetime
 import os
