@@ -155,9 +155,12 @@ def _value(kind, text, canonical):
         lowest = q not in (0, 1, -1) and Fraction(p, q).denominator == abs(q)
         return Fraction(p, q) if q and (lowest or not canonical) else None
     mantissa, _, exponent = text.replace(",", "").lower().partition("e")
-    exponent = int(exponent or 0)
-    if len(mantissa) > 300 or abs(exponent) > 100:
+    # int() sees the exponent without its sign and leading zeros, and only within 3 digits: 4 are past
+    # 100 already, and a string of over 4,300 digits (zeros too) makes int() raise
+    digits = exponent.lstrip("+-").lstrip("0") or "0"
+    if len(mantissa) > 300 or len(digits) > 3 or int(digits) > 100:
         return None
+    exponent = -int(digits) if exponent.startswith("-") else int(digits)
     return Fraction(mantissa) * Fraction(10) ** exponent
 
 
