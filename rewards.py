@@ -151,6 +151,8 @@ def normalise(text):
 def _value(kind, text, canonical):
     """A number token's exact value, or None (a ratio not in lowest terms, a runaway exponent)."""
     if kind == "ratio":
+        if max(map(len, text.split("/"))) > 300:  # a runaway, as a number's mantissa (and int()
+            return None                            # raises past 4,300 digits)
         p, q = map(int, text.split("/"))
         lowest = q not in (0, 1, -1) and Fraction(p, q).denominator == abs(q)
         return Fraction(p, q) if q and (lowest or not canonical) else None

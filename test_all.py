@@ -1528,7 +1528,7 @@ def test_math_rewards_pay_for_a_solved_problem_only(gold, answer, expected):
     assert rewards.reward(prompt, answer) == expected  # no thinking: all of it is scored
 
 
-def test_a_number_with_an_exponent_of_thousands_of_digits_is_minus_one_not_an_error():
+def test_a_number_or_ratio_of_thousands_of_digits_is_minus_one_not_an_error():
     # int() refuses a string of over 4,300 digits: a completion's exponent must not reach it (an untrusted
     # answer raised ValueError out of the reward before: any mantissa, an exponent of 5,000 digits)
     import rewards
@@ -1536,6 +1536,8 @@ def test_a_number_with_an_exponent_of_thousands_of_digits_is_minus_one_not_an_er
         for exponent in ("1" * 5000, "-" + "9" * 5000, "0" * 5000 + "1"):
             text = f"The answer is {mantissa}e{exponent}"
             assert rewards.math_reward("5", text) == -1.0, (mantissa, exponent[:3])
+    for ratio in ("1" * 5000 + "/3", "3/" + "7" * 5000, "1" * 301 + "/3"):  # a ratio's parts: a number's limit
+        assert rewards.math_reward("1/3", f"The answer is {ratio}") == -1.0, ratio[:3]
     assert rewards.math_reward("5", "The answer is 5e0000") == 1.0  # a short exponent as before
     assert rewards.math_reward("500", "The answer is 5e002") == 1.0
 
