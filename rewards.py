@@ -111,6 +111,7 @@ TOKEN = re.compile(r"""(?P<ratio>-?\d+/-?\d+(?![\d.,/]))
     |(?P<number>[-+]?(?:\d{1,3}(?:,\d{3})+(?![,\d])|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\d.]\d)|[-+]?\.\d+)
     |(?P<equals>=)|(?P<power>\^\s*-?\d+)|(?P<op>[-+*/^×÷·⋅!<>~≈≤≥±|]|\\[a-zA-Z]+)
     |(?P<word>[^\W\d_]+)|(?P<space>\s+)|(?P<other>.)""", re.VERBOSE)
+RUNAWAY = 300  # characters of a number's mantissa or a ratio's part: longer is a runaway
 SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12,
           "dozen": 12}
 # words that offer another answer, and those that bound or approximate one: not an exact answer
@@ -149,21 +150,23 @@ def normalise(text):
 
 
 def _value(kind, text, canonical):
-    """A number token's exact value, or None (a ratio not in lowest terms, a runaway exponent)."""
+    """A number token's exact value, or None (a ratio not in lowest terms, a runaway: a part or a
+    mantissa over RUNAWAY characters, an exponent past 100)."""
+    # int() sees no part longer than RUNAWAY, nor an exponent's sign and leading zeros: past 4,300
+    # digits (zeros too) it raises
     if kind == "ratio":
-        if max(map(len, text.split("/"))) > 300:  # a runaway, as a number's mantissa (and int()
-            return None                            # raises past 4,300 digits)
-        p, q = map(int, text.split("/"))
+        parts = text.split("/")
+        if max(map(len, parts)) > RUNAWAY:
+            return None
+        p, q = map(int, parts)
         lowest = q not in (0, 1, -1) and Fraction(p, q).denominator == abs(q)
         return Fraction(p, q) if q and (lowest or not canonical) else None
     mantissa, _, exponent = text.replace(",", "").lower().partition("e")
-    # int() sees the exponent without its sign and leading zeros, and only within 3 digits: 4 are past
-    # 100 already, and a string of over 4,300 digits (zeros too) makes int() raise
-    digits = exponent.lstrip("+-").lstrip("0") or "0"
-    if len(mantissa) > 300 or len(digits) > 3 or int(digits) > 100:
+    digits = exponent.lstrip("+-").lstrip("0")
+    if len(mantissa) > RUNAWAY or len(digits) > 3 or int(digits or 0) > 100:  # 4 digits: past 100
         return None
-    exponent = -int(digits) if exponent.startswith("-") else int(digits)
-    return Fraction(mantissa) * Fraction(10) ** exponent
+    power = int(digits or 0)
+    return Fraction(mantissa) * Fraction(10) ** (-power if exponent.startswith("-") else power)
 
 
 def statement(text, canonical=True):
