@@ -15,6 +15,7 @@ GPUs", for more nodes and CPU processes); an ablation, a resume, its scaling cur
     python fit_curve.py out/log.jsonl
 """
 
+import importlib.util
 import json
 import math
 import os
@@ -424,9 +425,17 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
 # the roles and their parts
 
 def tiny_model():
-    """The built-in task's base model directory,
-    built once by data/builtin/prepare.py (~1 minute)."""
+    """The built-in task's base model directory: data/builtin/prepare.py's cache,
+    built once by the script (~1 minute)."""
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data/builtin/prepare.py")
+    # found here when it is built: the script's own start (torch and transformers imported
+    # again) took ~6 s of every run; its imports are this process's already
+    spec = importlib.util.spec_from_file_location("builtin_prepare", script)
+    settings = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(settings)
+    model_dir = settings.default_model_dir(data_seed)
+    if os.path.isfile(os.path.join(model_dir, "build.json")):  # only a finished build has it
+        return model_dir
     prepare = subprocess.run([sys.executable, script, f"--seed={data_seed}", "--measure=False"],
                              stdout=subprocess.PIPE, text=True)
     if prepare.returncode:

@@ -92,17 +92,20 @@ def harness_buckets(out, *bucket_sizes):
 
 
 def harness_slow_build(hold_s, *args):
-    """train.py with `args`, as torchrun runs it, except that the master's build of the tiny model takes hold_s
-    seconds more: a cold start that outlasts rank_timeout by construction, on any machine."""
+    """train.py with `args`, as torchrun runs it, except that the master's preparation of the tiny model (found
+    in its cache or built) takes hold_s seconds more: a cold start that outlasts rank_timeout by construction,
+    on any machine."""
     import runpy
-    run = subprocess.run
+    import distributed
+    master_first = distributed.master_first
 
-    def slow_prepare(command, *a, **k):  # train.tiny_model() runs data/builtin/prepare.py (on the master only)
-        if any(str(c).endswith("prepare.py") for c in command):
+    def slow_master_first(layout, build):  # build() runs on the master only, the others wait for it
+        def slow_build():
             time.sleep(float(hold_s))
             print(f"harness: the model's build held {hold_s} s", file=sys.stderr, flush=True)
-        return run(command, *a, **k)
-    subprocess.run = slow_prepare
+            return build()
+        return master_first(layout, slow_build)
+    distributed.master_first = slow_master_first
     sys.argv = [os.path.join(REPO, "train.py"), *args]
     runpy.run_path(sys.argv[0], run_name="__main__")
 
