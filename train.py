@@ -434,7 +434,7 @@ def tiny_model():
     settings = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(settings)
     model_dir = settings.default_model_dir(data_seed)
-    if os.path.isfile(os.path.join(model_dir, "build.json")):  # only a finished build has it
+    if settings.finished(model_dir):
         return model_dir
     prepare = subprocess.run([sys.executable, script, f"--seed={data_seed}", "--measure=False"],
                              stdout=subprocess.PIPE, text=True)

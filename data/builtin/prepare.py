@@ -134,6 +134,11 @@ def default_model_dir(seed=0, **overrides):
     return os.path.join(CACHE_DIR, f"tiny-{hashlib.sha256(settings.encode()).hexdigest()[:10]}")
 
 
+def finished(model_dir):
+    """Whether model_dir holds a finished build: only a finished build has build.json (train.py asks too)."""
+    return os.path.isfile(os.path.join(model_dir, "build.json"))
+
+
 def build_tiny_model(model_dir=None, seed=0, **overrides):
     """The tokenizer and the warm-started model as a Hugging Face directory, built or reused (default:
     default_model_dir(), so changed settings rebuild), renamed into place: a killed build never looks complete.
@@ -141,7 +146,7 @@ def build_tiny_model(model_dir=None, seed=0, **overrides):
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
     settings = build_settings(seed, **overrides)
     model_dir = model_dir or default_model_dir(seed, **overrides)
-    if os.path.isfile(os.path.join(model_dir, "build.json")):  # only a finished build has it
+    if finished(model_dir):
         return model_dir
     if os.path.exists(model_dir):
         raise DataError(f"{model_dir}: exists but holds no finished build (no build.json); remove it or pick another")
@@ -172,7 +177,7 @@ def build_tiny_model(model_dir=None, seed=0, **overrides):
         os.rename(tmp, model_dir)  # atomic; fails if another process finished the same build first
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
-        if not os.path.isfile(os.path.join(model_dir, "build.json")):
+        if not finished(model_dir):
             raise
     print(f"built {model_dir} in {time.time() - started:.0f} s", file=sys.stderr)
     return model_dir
