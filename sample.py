@@ -533,8 +533,8 @@ def make_sampler(path, task, layout, version, max_len, config, policy=None):
     """A sampler of train.py's `config` in this process:
     torch's (on policy.sampler_module) or vLLM's."""
     import data
-    import memory
-    from policy import sampler_module
+    from infra import memory
+    from infra.policy import sampler_module
     c = config
     encode = lambda text: task.tokenizer.encode(text, add_special_tokens=False)
     think_budget = c["think_budget_min"], c["think_budget_max"]

@@ -56,17 +56,17 @@ import numpy as np
 import pytest
 import torch
 
-import checkpoint
+from infra import checkpoint
 import data
-import distributed
+from infra import distributed
 import fit_curve
 import head
 import loss as L
-import memory
-import policy as P
+from infra import memory
+from infra import policy as P
 import rewards
-import judge
-import sandbox
+from rewards import judge
+from rewards import sandbox
 import scheduler
 from data import DataError, INTERRUPT_PHRASE, Prompt
 from tests.attacks import (DAEMON, DRIVER, FIND, HUNT, HUNT_EVERYWHERE, MEMORY, NAMESPACES, NUMBERS, OOM_SCORE,
@@ -1885,7 +1885,7 @@ def test_code_is_judged_in_one_batch_in_the_sandboxs_pool(monkeypatch):
 
 
 def test_rewards_imports_no_data_so_data_reads_the_kinds_with_no_import_cycle():
-    tree = ast.parse(open(os.path.join(REPO, "rewards.py"), encoding="utf-8").read())
+    tree = ast.parse(open(os.path.join(REPO, "rewards", "__init__.py"), encoding="utf-8").read())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert "data" not in imported and data.KINDS is rewards.KINDS and data.THINK_END is rewards.THINK_END
@@ -3872,8 +3872,9 @@ def unprivileged():
         pytest.skip("no /usr/bin/python3 for nobody to run")
     home = tempfile.mkdtemp(prefix="sandbox-unprivileged-")
     os.chmod(home, 0o755)
-    for module in ("sandbox.py", "judge.py"):  # the stdlib alone: a bare /usr/bin/python3 runs them
-        shutil.copy(os.path.join(REPO, module), home)
+    # the rewards/ package: the stdlib alone, so a bare /usr/bin/python3 runs it
+    shutil.copytree(os.path.join(REPO, "rewards"), os.path.join(home, "rewards"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
     with open(os.path.join(home, "driver.py"), "w") as f:
         f.write(DRIVER)
     keys = keys_of({NOBODY})
@@ -3887,8 +3888,10 @@ def unprivileged():
         secret = secrets.token_hex(16)
         with open(os.path.join(home, "jobs.json"), "w") as f:
             json.dump(jobs, f)
-        for name in os.listdir(home):
-            os.chmod(os.path.join(home, name), 0o644)
+        for folder, _, names in os.walk(home):
+            os.chmod(folder, 0o755)
+            for name in names:
+                os.chmod(os.path.join(folder, name), 0o644)
         before = set(processes_of({NOBODY}))
         done = subprocess.run(["/usr/bin/python3", "driver.py", "jobs.json"], cwd=home, user=NOBODY, group=NOBODY,
                               extra_groups=[], env=dict(PATH="/usr/bin:/bin", TRAINER_SECRET=secret),
@@ -4076,7 +4079,7 @@ def test_stop_iteration_or_base_exceptions_from_the_program_are_failures_not_an_
 
 
 def test_asserts_run_under_python_O_and_PYTHONOPTIMIZE():
-    check = ("import judge\nprint(judge.passes('def square(x):\\n    return 0', test='assert square(2) == 4'), "
+    check = ("from rewards import judge\nprint(judge.passes('def square(x):\\n    return 0', test='assert square(2) == 4'), "
              "judge.passes('def square(x):\\n    return 0', test=" + repr(SQUARE_CHECK) + ", entry_point='square'))")
     for flags, env in (["-O"], {}), (["-OO"], {}), ([], {"PYTHONOPTIMIZE": "2"}):
         done = subprocess.run([sys.executable, *flags, "-c", check], cwd=REPO, capture_output=True, text=True,

@@ -26,17 +26,17 @@ import time
 import torch
 from tqdm import tqdm
 
-import checkpoint
+from infra import checkpoint
 import configurator
 import data
-import distributed
+from infra import distributed
 import loss
-import memory
+from infra import memory
 import rewards
-import sandbox
+from rewards import sandbox
 import sample
 import scheduler
-from policy import add_grads, copy_weights, load_policy, push_weights, resolve_dtype, sync_grads
+from infra.policy import add_grads, copy_weights, load_policy, push_weights, resolve_dtype, sync_grads
 
 # -----------------------------------------------------------------------------
 # config: module-level constants; config/*.py files and --key=value override them (configurator.py).

@@ -25,9 +25,9 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402
-import distributed  # noqa: E402
+from infra import distributed  # noqa: E402
 import train  # noqa: E402
-from policy import resolve_dtype  # noqa: E402
+from infra.policy import resolve_dtype  # noqa: E402
 from sample import TorchSampler  # noqa: E402
 from scheduler import Completion, Group  # noqa: E402
 from step_roofline import matmul_rate  # noqa: E402 (benchmarks/, this script's directory)

@@ -38,7 +38,7 @@ import configurator  # noqa: E402
 from step_roofline import wrap  # noqa: E402  (record_function around a method, undone after)
 import head  # noqa: E402
 import sample  # noqa: E402
-from policy import resolve_dtype  # noqa: E402
+from infra.policy import resolve_dtype  # noqa: E402
 
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear",
               "mkldnn::_linear_pointwise")

@@ -50,11 +50,11 @@ from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
 from transformers.utils import logging as hf_logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import distributed  # noqa: E402
+from infra import distributed  # noqa: E402
 import head  # noqa: E402
-import memory  # noqa: E402
+from infra import memory  # noqa: E402
 import train  # noqa: E402
-from policy import push_weights, resolve_dtype, weight_plan  # noqa: E402
+from infra.policy import push_weights, resolve_dtype, weight_plan  # noqa: E402
 from sample import TorchSampler  # noqa: E402
 
 FULL = dict(hidden_size=1024, num_hidden_layers=28, intermediate_size=3072, num_attention_heads=16,

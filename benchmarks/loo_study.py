@@ -145,7 +145,7 @@ def run(config, seed, out, settings):
         return
     resumed = None
     if os.path.isdir(os.path.join(out, "ckpt")) or os.path.isdir(os.path.join(out, "ckpt.old")):
-        import checkpoint  # torch and transformers: only when a run resumes
+        from infra import checkpoint  # torch and transformers: only when a run resumes
         found = checkpoint.resume(out)  # (directory, state, log rows) of the checkpoint train.py will take, or None
         resumed = found[1]["step"] if found else None
     if resumed is None:

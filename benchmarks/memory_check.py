@@ -54,8 +54,8 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import head  # noqa: E402
 import loss as L  # noqa: E402
-import memory  # noqa: E402
-import policy as P  # noqa: E402
+from infra import memory  # noqa: E402
+from infra import policy as P  # noqa: E402
 
 GiB, MiB = 1 << 30, 1 << 20
 QWEN3_8B = dict(model="qwen3", hidden_size=4096, num_hidden_layers=36, intermediate_size=12288, vocab_size=151936,

@@ -17,11 +17,11 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import data  # noqa: E402
-import distributed  # noqa: E402
+from infra import distributed  # noqa: E402
 import rewards  # noqa: E402
 import sample  # noqa: E402
 import train  # noqa: E402
-from policy import resolve_dtype  # noqa: E402
+from infra.policy import resolve_dtype  # noqa: E402
 
 if __name__ == "__main__":
     show = int(next((a.split("=")[1] for a in sys.argv[1:] if a.startswith("--show=")), 0))

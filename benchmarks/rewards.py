@@ -15,7 +15,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import judge  # noqa: E402
+from rewards import judge  # noqa: E402
 import rewards  # noqa: E402
 from data import Prompt  # noqa: E402
 

@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402
 import sample  # noqa: E402
 from head import token_logprobs  # noqa: E402
-from policy import resolve_dtype  # noqa: E402
+from infra.policy import resolve_dtype  # noqa: E402
 from sample import TorchSampler, VLLMSampler  # noqa: E402
 
 DEFAULTS = dict(batch=64, new_tokens=64, prompt_len=16, repeats=3, device="cpu", model_path="",

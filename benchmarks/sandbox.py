@@ -19,8 +19,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402
-import judge  # noqa: E402
-import sandbox  # noqa: E402
+from rewards import judge  # noqa: E402
+from rewards import sandbox  # noqa: E402
 
 
 def bench(n=120):

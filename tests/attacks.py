@@ -303,12 +303,12 @@ print(sum(box) + 2)
 
 
 # -----------------------------------------------------------------------------
-# an unprivileged trainer: the driver /usr/bin/python3 runs as nobody, beside a copy of sandbox.py and judge.py
+# an unprivileged trainer: the driver /usr/bin/python3 runs as nobody, beside a copy of the rewards/ package
 
 
 DRIVER = r"""
 import json, os, sys
-import judge, sandbox
+from rewards import judge, sandbox
 jobs = json.load(open(sys.argv[1]))
 out = {}
 try:

@@ -18,9 +18,9 @@ from functools import partial
 import torch
 
 import data
-import distributed
+from infra import distributed
 import head
-import policy as P
+from infra import policy as P
 import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -96,7 +96,7 @@ def harness_slow_build(hold_s, *args):
     in its cache or built) takes hold_s seconds more: a cold start that outlasts rank_timeout by construction,
     on any machine."""
     import runpy
-    import distributed
+    from infra import distributed
     master_first = distributed.master_first
 
     def slow_master_first(layout, build):  # build() runs on the master only, the others wait for it
@@ -157,7 +157,7 @@ def harness_fault(action, moment, after, *args):
     handed out), checkpoint (the write of optimizer.pt: the weights written, state.pt not yet), swap
     (ckpt.tmp renamed into place, ckpt already moved to ckpt.old). test_all.py's fault table uses it."""
     import runpy
-    import distributed
+    from infra import distributed
     import loss
     import sample
     out_dir = next(a.split("=", 1)[1] for a in args if a.startswith("--out_dir="))

@@ -33,7 +33,7 @@ import zipfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, REPO)
-import judge  # noqa: E402
+from rewards import judge  # noqa: E402
 
 OUT = os.path.join(REPO, ".cache", "qwen_coder")
 WHEELS = os.path.join(REPO, ".cache", "wheels")

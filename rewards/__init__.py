@@ -23,7 +23,7 @@ from functools import lru_cache
 from itertools import accumulate
 from subprocess import DEVNULL, PIPE, Popen
 
-import judge
+from . import judge
 
 THINK_START, THINK_END = "<think>", "</think>"  # the tags of thinking (data.THINK_START, THINK_END: these)
 

@@ -32,8 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from functools import lru_cache
 
-import sandbox
-from sandbox import TIMEOUT, WORKERS, Pipes, Sandboxed, run
+from . import sandbox
+from .sandbox import TIMEOUT, WORKERS, Pipes, Sandboxed, run
 
 REPLY_CAP = 1 << 20        # characters of one reply; more is a failed call (sandbox.OUTPUT_CAP)
 DEPTH = 100                # nesting of a value, both ways; deeper is a failed call
@@ -643,9 +643,9 @@ class Worker:
 
     def __init__(self):
         ours, theirs = socket.socketpair()
-        here = os.path.dirname(os.path.abspath(__file__))
-        main = (f"import sys\nsys.path.insert(0, {here!r})\n"
-                f"import judge\njudge.serve({theirs.fileno()})")
+        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        main = (f"import sys\nsys.path.insert(0, {repo!r})\n"
+                f"from rewards import judge\njudge.serve({theirs.fileno()})")
         with theirs:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", main], pass_fds=[theirs.fileno()],

@@ -19,7 +19,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optim
 from transformers import AutoModelForCausalLM
 
 import head
-from distributed import RemoteSamplers, bucket_plan, naming_peers, unflatten
+from infra.distributed import RemoteSamplers, bucket_plan, naming_peers, unflatten
 
 Policy = namedtuple("Policy", "model logprobs optimizer rank ranks sharded")
 # model holds the fp32 parameters (AdamW steps them, checkpoints save them, the samplers get them

@@ -1,7 +1,7 @@
 """The memory plan per role from a model's config.json (README: "What fits"), and the heap handed
 back to the OS after each step (release). Without the model:
 
-    python memory.py --hidden_size=4096 --num_hidden_layers=36 --intermediate_size=12288 \\
+    python -m infra.memory --hidden_size=4096 --num_hidden_layers=36 --intermediate_size=12288 \\
         --vocab_size=151936 --num_attention_heads=32 --num_key_value_heads=8 --gpus=8 --n_samplers=6
 """
 import ctypes
@@ -234,7 +234,7 @@ if __name__ == "__main__":
                     gpu_gib=141.0, micro_batch_tokens=16384, max_len=16384, expected_len=0,
                     sync_every=True)
     smallest = dict(dict.fromkeys(FIELDS, 1), gpus=1, n_samplers=0)
-    args = configurator.configure(defaults, sys.argv[1:], "memory.py", smallest)
+    args = configurator.configure(defaults, sys.argv[1:], "infra/memory.py", smallest)
     shape = shape_of(args)
     gpus, samplers, gpu = args["gpus"], args["n_samplers"], args["gpu_gib"] * GiB
     one_gpu = gpus == 1

@@ -20,7 +20,7 @@ from safetensors import safe_open
 
 import configurator
 from fit_curve import fit_sigmoid
-from policy import full_state
+from infra.policy import full_state
 
 class Log(namedtuple("Log", "file history wandb warned")):
     """The open log.jsonl; history: key -> [(gpu_hours, value)] for the live fits; wandb: the module
@@ -251,7 +251,7 @@ def save_run(out_dir, policy, task, layout, curriculum, rollouts, state):
     """The checkpoint: weights and optimizer, every rank's curriculum and its groups in flight,
     `state`. The master's followers save with it (train.py's run_follower): full_state's gathers
     need every trainer."""
-    from distributed import gather_objects
+    from infra.distributed import gather_objects
     for rank in range(1, layout.trainers) if layout.role == "master" else ():
         layout.mailbox.send(rank, ("save",))
     share = dict(curriculum=curriculum.state_dict(), in_flight=rollouts.in_flight())
