@@ -274,7 +274,7 @@ def load_task(data_path, model_path, *args, **kwargs):
 
 
 def split_task(data_path, tokenizer, n_train, n_val, seed=0, prompt_field=None,
-               answer_field="answer", template="{problem}", unsafe=False):
+               answer_field="answer", template="{problem}"):
     """-> Task; n_train (0: every row) and n_val per domain, each dataset split as if alone."""
     train, val, weights = [], [], {}
     split_args = (tokenizer, n_train, n_val, seed)
@@ -289,12 +289,6 @@ def split_task(data_path, tokenizer, n_train, n_val, seed=0, prompt_field=None,
                                 f"({weights[p.domain]} and {weight})")
         train += more_train
         val += more_val
-    if any(p.code for p in train + val):
-        # fully isolated, or unsafe (sandbox_unsafe=True) and a WARNING
-        try:
-            sandbox.require(unsafe)
-        except ValueError as e:
-            raise DataError(f"data_path={data_path!r}: {e}") from None
     return Task(train, val, tokenizer, {tokenizer.eos_token_id}, sorted({p.domain for p in val}))
 
 # -----------------------------------------------------------------------------

@@ -26,17 +26,19 @@ import time
 import torch
 from tqdm import tqdm
 
-from infra import checkpoint
+from transformers import AutoModelForCausalLM
+
 import configurator
 import data
-from infra import distributed
+import log
 import loss
-from infra import memory
 import rewards
-from rewards import sandbox
 import sample
 import scheduler
-from infra.policy import add_grads, copy_weights, load_policy, push_weights, resolve_dtype, sync_grads
+from infra import checkpoint, distributed, memory
+from infra.policy import (add_grads, copy_weights, load_policy, push_weights, resolve_dtype,
+                          sampler_module, sync_grads)
+from rewards import sandbox
 
 # -----------------------------------------------------------------------------
 # config: module-level constants; config/*.py files and --key=value override them (configurator.py).
@@ -145,7 +147,7 @@ micro_batch = 64               # at most this many completions per forward/backw
 micro_batch_tokens = 0         # at most this many padded tokens per forward/backward (0 = no cap)
 warn_truncation = 0.15         # warn once when a step's truncation rate passes this (paper: 10-15%
                                # at batch 768 signalled instability); the other warnings:
-                               # checkpoint.warnings
+                               # log.warnings
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items()
                if k[0] != "_" and type(v) in (bool, int, float, str)]
@@ -350,16 +352,10 @@ def train_step(policy, groups, step, pad_id):
     return stats if finite else dict(stats, skipped="non_finite")
 
 
-def pass_at_k(n, c, k):
-    """Unbiased pass@k from n samples of which c passed:
-    1 - C(n - c, k) / C(n, k) (Chen et al. 2021)."""
-    return 1.0 if n - c < k else 1.0 - math.prod(1 - k / i for i in range(n - c + 1, n + 1))
-
-
 @torch.no_grad()
 def evaluate(samplers, rollouts, task, layout, policy, pad_id):
-    """Held-out mean@n, pass@k (k = 1, 2, 4, ..., n = eval_samples),
-    lag-0 mismatch -> (figures, training tokens meanwhile)."""
+    """Held-out mean@n, pass@k (k = 1, 2, 4, ..., n = eval_samples), lag-0 mismatch (log.validation)
+    -> (figures, training tokens meanwhile)."""
     # sampled as in training (the paper's mean@16 is), under interruption whatever length_control
     # (one protocol, ours), on the training samplers: their groups decode on and wait in `rollouts`
     started = time.time()
@@ -376,38 +372,9 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
             groups += new
             bar.update(len(new))
     prompts = [task.val_prompts[g.prompt_id[1]] for g in groups]
-    # sums over samples and prompts, overall and per domain: the same keys on every rank
-    ks = sorted({2 ** i for i in range(eval_samples.bit_length())}
-                | {eval_samples})  # 1, 2, 4, ..., n
-    kinds = ("correct", "total", "prompts", "squares", "binomial", *(f"pass@{k}" for k in ks))
-    domains = ["", *(f"_{d}" for d in task.domains)]
-    counts = {kind + d: 0.0 for kind in kinds for d in domains}
     score(groups, prompts, task)
-    for prompt, g in zip(prompts, groups):
-        n, c = len(g.rewards), sum(r > 0 for r in g.rewards)
-        # squares: for the standard error over prompts; binomial: p (1 - p) / n, the sampling's
-        # share
-        figures = (c, n, 1, (c / n) ** 2, c * (n - c) / n ** 2 / n,
-                   *(pass_at_k(n, c, k) for k in ks))
-        for d in ("", f"_{prompt.domain}"):
-            for kind, x in zip(kinds, figures):
-                counts[kind + d] += x
-    if layout.role == "data_parallel":  # every rank evaluated its share
-        counts = distributed.all_reduce_sums(counts)
-    mean = counts["correct"] / counts["total"]
-    # the prompts' pass rates' variance
-    spread = max(counts["squares"] / counts["prompts"] - mean ** 2, 0.0)
-    # val_reward_se: the spread between prompts (a new draw of prompts); val_sampling_se: the
-    # samples' own error on these prompts (what separates points of one run, which share them),
-    # sqrt(sum p(1-p)/k) / n
-    result = {"val_reward": mean, "val_reward_se": (spread / counts["prompts"]) ** 0.5,
-              "val_sampling_se": counts["binomial"] ** 0.5 / counts["prompts"],
-              "val_seconds": time.time() - started}
-    for d in domains if len(task.domains) > 1 else [""]:
-        if d:
-            result[f"val_reward{d}"] = counts[f"correct{d}"] / max(counts[f"total{d}"], 1)
-        for k in ks:  # unbiased pass@k from the same samples (Chen et al. 2021), as peers log it
-            result[f"val_pass@{k}{d}"] = counts[f"pass@{k}{d}"] / max(counts[f"prompts{d}"], 1)
+    reduce = distributed.all_reduce_sums if layout.role == "data_parallel" else None
+    result = log.validation(prompts, groups, eval_samples, task.domains, started, reduce)
     if groups and not policy.sharded:  # (a data-parallel rank may hold no held-out prompt)
         ids, lengths, behaviour, mask, _, _ = collate(
             groups[:8], torch.zeros(8, eval_samples), pad_id)
@@ -422,7 +389,7 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
 
 
 # -----------------------------------------------------------------------------
-# the roles and their parts
+# the task, the policy, the samplers, the scheduler: each made once per process
 
 def tiny_model():
     """The built-in task's base model directory: data/builtin/prepare.py's cache,
@@ -445,11 +412,16 @@ def tiny_model():
 
 def load_task(path, layout):
     """The task; a data-parallel rank keeps every world-th prompt
-    (its curriculum, its validation share)."""
+    (its curriculum, its validation share). Code rewards need the sandbox (rewards/sandbox.py)."""
     try:
         task = data.load_task(
             data_path, path, n_train, n_val, data_seed, prompt_field or None, answer_field,
-            prompt_template, sandbox_unsafe)
+            prompt_template)
+        if any(p.code for p in task.prompts + task.val_prompts):
+            try:  # fully isolated, or unsafe (sandbox_unsafe=True) and a WARNING
+                sandbox.require(sandbox_unsafe)
+            except ValueError as e:
+                raise data.DataError(f"data_path={data_path!r}: {e}") from None
     except data.DataError as e:
         fail(str(e))
     share = (slice(layout.rank, None, layout.world) if layout.role == "data_parallel"
@@ -458,13 +430,136 @@ def load_task(path, layout):
 
 
 def make_policy(path, layout, resume=False):
-    """The trainer's Policy (policy.py): sharded by FSDP2 when 2+ trainers sit beside sampler
+    """The trainer's Policy (infra/policy.py): sharded by FSDP2 when 2+ trainers sit beside sampler
     ranks."""
     sharded = layout.trainers > 1 and layout.samplers > 0
     return load_policy(
         path, layout.device, layout.trainer_rank, layout.trainers, sharded, getattr(torch, dtype),
         checkpoint_activations, resume, lr=lr, betas=(beta1, beta2), eps=adam_eps,
         weight_decay=weight_decay)
+
+
+def make_sampler(path, task, layout, version, max_len, policy=None):
+    """A sampler in this process: torch's (decoding with the policy's compute weights, or its own copy
+    of the model on a sampler rank) or vLLM's."""
+    encode = lambda text: task.tokenizer.encode(text, add_special_tokens=False)
+    knobs = dict(temperature=temperature, fp32_head=fp32_head, max_seqs=sampler_slots,
+                 seed=seed + 1000 * layout.rank + version, version=version, eos_ids=task.eos_ids,
+                 think_start_ids=encode(data.THINK_START), think_end_ids=encode(data.THINK_END),
+                 interrupt_ids=data.interruption(task.tokenizer), answer_budget=answer_budget,
+                 think_budget=((think_budget_min, think_budget_max)
+                               if length_control == "interrupt" else None),
+                 max_new_tokens=think_budget_max + answer_budget)
+    if sampler == "torch":
+        as_sampled = getattr(torch, sampler_dtype)
+        module = sampler_module(policy, as_sampled) if policy else \
+            AutoModelForCausalLM.from_pretrained(path, dtype=as_sampled).to(layout.device).eval()
+        return sample.TorchSampler(module, **knobs)
+    share = vllm_gpu_memory if layout.world == 1 else vllm_gpu_memory_own
+    budget = (dict(gpu_memory_utilization=share) if device == "cuda"
+              else dict(kv_cache_memory_bytes=1 << 30))
+    engine = dict(dtype=sampler_dtype, max_model_len=max_len, **budget)
+    handle = sample.VLLMSampler(path, engine_kwargs=engine, **knobs)
+    # beyond it, vLLM preempts and recomputes sequences
+    tokens, sequences = handle.engine.kv_capacity
+    # the expected length, as memory.plan_run has it: max_len less half the completion budget
+    warning = memory.slots_warning(tokens, max_len - handle.max_new_tokens // 2, sampler_slots)
+    print(f"rank {layout.rank}: vLLM's KV cache holds {tokens:,} tokens, {sequences:.0f} sequences "
+          f"of the full {max_len} tokens, for sampler_slots={sampler_slots}"
+          + (f"\n{warning}" if warning else ""), flush=True)
+    return handle
+
+
+def make_rollouts(task, layout, state):
+    """This rank's curriculum (No-Positive-Resampling) and scheduler (the off-policy rule), resumed
+    from `state` if any."""
+    dp = layout.role == "data_parallel"
+    if dp and state and state["world"] != layout.world:
+        fail(f"the checkpoint was written by {state['world']} data-parallel ranks, this run has "
+             f"{layout.world}")
+    curriculum = data.Curriculum(
+        len(task.prompts), seed + layout.rank, npr, npr_threshold,
+        [p.domain for p in task.prompts], [p.weight for p in task.prompts])
+    mine = state["shares"][layout.rank if dp else 0] if state else dict(in_flight=[])
+    if mine.get("curriculum"):
+        curriculum.load_state_dict(mine["curriculum"])
+    # the groups it brings
+    local_prompts = prompts_per_step // layout.world if dp else prompts_per_step
+    return scheduler.Rollouts(
+        curriculum, task.prompts, samples_per_prompt, local_prompts, max_lag, off_policy,
+        requeue=mine["in_flight"])
+
+
+# -----------------------------------------------------------------------------
+# the loop
+
+def train_loop(policy, samplers, rollouts, task, layout, run, stop, pad_id, config):
+    """PipelineRL-k in one process's time (the master's, a data-parallel rank's, the one process's):
+    hand prompts out, step the samplers, reward the groups that finish, train on a ready batch, push
+    the weights in flight, log and validate. run: log.Run, the log and the compute axis
+    -> (the exit code, the last step)."""
+    dp = layout.role == "data_parallel"
+    slots = sampler_slots * max(layout.samplers, 1)  # every sampler's (scheduler.room)
+    step = run.step
+    saved_step = step if run.resumed else -1  # the step of out_dir's checkpoint
+    last = stopping = save = False
+    while True:
+        # a stop signal is read here, between steps (data-parallel ranks agree on it at the
+        # batch, below): the steps done are checkpointed, a validation not begun is left to the
+        # resumed run
+        stopping = stopping or (stop.name is not None and not dp)
+        if (save or stopping) and saved_step != step:  # before a validation that may take hours
+            checkpoint.save_run(out_dir, policy, task, layout, rollouts.curriculum, rollouts, dict(
+                step=step, counters=run.counters, config=config, row=run.row, last=last))
+            saved_step = step
+        # validate (step 0, every eval_interval steps, the last) and log the step's row
+        if run.unlogged and not (stopping and run.evaluate):
+            if run.evaluate:
+                scores, run.generated = evaluate(samplers, rollouts, task, layout, policy, pad_id)
+                run.row.update(scores)
+            run.write()
+        if last or stopping or step >= max_steps:
+            break
+        # hand out new prompts within the lag bound, one engine step on every sampler, finished
+        # groups in
+        room = scheduler.room(slots, samplers.num_unfinished, samples_per_prompt, rollouts.P)
+        rollouts.hand_out(samplers, step, room)
+        run.generated += samplers.step()
+        rollouts.collect(samplers.pop_finished())
+        # a stop meanwhile (in a validation or this engine step): no step begins; the top
+        # checkpoints, its groups go out again on resume
+        if stop.name is not None and not dp:
+            continue
+        batch = rollouts.ready_batch(step)
+        if batch is None:  # every prompt retired (No-Positive-Resampling), none decoding: stop
+            last = rollouts.starved and not samplers.num_unfinished and not dp
+            continue
+        # reward: the verifier or the sandbox, and the curriculum's pass rates
+        reward_groups(batch, task, rollouts.curriculum)
+        last = (step + 1 >= max_steps or rollouts.starved
+                or 0 < max_minutes * 60 < run.seconds())
+        if dp:  # one batch of every rank's share, one stop decision (a signal's too), its tokens
+            batch, last, run.generated, stopping = distributed.agree(
+                batch, last, run.generated, stop.name is not None)
+        save = last or (step + 1) % ckpt_interval == 0  # at the loop's top
+        for rank in range(1, layout.trainers) if layout.samplers else ():
+            layout.mailbox.send(rank, ("step", batch, step))  # the followers train it too
+        # train, then push the weights into every sampler, in flight
+        stats = train_step(policy, batch, step, pad_id)
+        step += 1
+        push_weights(policy, samplers, step, getattr(torch, sampler_dtype),
+                     weight_bucket_mb << 20)
+        run.count(step, stats, evaluate=step % eval_interval == 0 or last)
+    if rollouts.starved and last and layout.rank == 0:
+        print(f"every training prompt{' of a data-parallel share' if dp else ''} is retired by "
+              "No-Positive-Resampling: stopping")
+    # finished: a signal meanwhile changes nothing
+    done = not run.unlogged and (last or step >= max_steps)
+    exit_code = distributed.PREEMPTED if stopping and not done else 0
+    if layout.samplers:  # the last message to every other rank
+        samplers.stop(exit_code)
+    run.close()
+    return exit_code, step
 
 
 def run_follower(path, task, layout, pad_id, resume):
@@ -480,116 +575,6 @@ def run_follower(path, task, layout, pad_id, resume):
         train_step(policy, batch, step, pad_id)
         push_weights(policy, None, step + 1, getattr(torch, sampler_dtype), weight_bucket_mb << 20)
     return message[1]
-
-
-def run_master(path, task, layout, state, logged, step, max_len, pad_id, config, stop):
-    """The master's life (a data-parallel rank's, the one process's): the curriculum, the scheduler
-    and the log, resumed from `state` if any -> (the exit code, the last step)."""
-    master, dp = layout.rank == 0, layout.role == "data_parallel"
-    policy = make_policy(path, layout, resume=state is not None)
-    if dp and state and state["world"] != layout.world:
-        fail(f"the checkpoint was written by {state['world']} data-parallel ranks, this run has "
-             f"{layout.world}")
-    curriculum = data.Curriculum(
-        len(task.prompts), seed + layout.rank, npr, npr_threshold,
-        [p.domain for p in task.prompts], [p.weight for p in task.prompts])
-    mine = state["shares"][layout.rank if dp else 0] if state else dict(in_flight=[])
-    if mine.get("curriculum"):
-        curriculum.load_state_dict(mine["curriculum"])
-    # the groups it brings
-    local_prompts = prompts_per_step // layout.world if dp else prompts_per_step
-    rollouts = scheduler.Rollouts(
-        curriculum, task.prompts, samples_per_prompt, local_prompts, max_lag, off_policy,
-        requeue=mine["in_flight"])
-    samplers = distributed.RemoteSamplers(layout, rank_timeout) if layout.samplers else \
-        sample.make_sampler(path, task, layout, step, max_len, config, policy)
-    samplers.version = step
-    # every sampler's (scheduler.room: and a batch queued)
-    slots = sampler_slots * max(layout.samplers, 1)
-    n_params = sum(p.numel() for p in policy.model.parameters())
-    counters = state["counters"] if state else dict(train_seconds=0.0, flops=0.0, tokens=0)
-    code = any(p.code for p in task.prompts + task.val_prompts)
-    isolation = sandbox.isolation() if master and code else None  # what code rewards run under
-    log = (checkpoint.open_run(out_dir, config, layout, n_params, isolation, logged) if master
-           else None)
-    t_start = segment_start = time.time()  # the run's start, and its first training segment's
-    # this process's CPU time, validation included, a resumed run's earlier time too
-    cpu_start = time.process_time() - counters.get("cpu_seconds", 0.0)
-    generated = 0  # tokens decoded since a step last counted them
-    row, evaluate_row = checkpoint.first_row(state, logged, eval_interval)
-    # the step's row, for its log and checkpoint
-    unlogged, row = row is not None, row or state["row"]
-    last = stopping = save = False
-    saved_step = step if state else -1  # the step of out_dir's checkpoint
-    while True:
-        # a stop signal is read here, between steps (data-parallel ranks agree on it at the
-        # batch, below): the steps done are checkpointed, a validation not begun is left to the
-        # resumed run
-        stopping = stopping or (stop.name is not None and not dp)
-        if (save or stopping) and saved_step != step:  # before a validation that may take hours
-            checkpoint.save_run(out_dir, policy, task, layout, curriculum, rollouts, dict(
-                step=step, counters=counters, config=config, row=row, last=last))
-            saved_step = step
-        # evaluate (step 0, every eval_interval steps, the last) and log the step's row
-        if unlogged and not (stopping and evaluate_row):
-            if evaluate_row:
-                scores, generated = evaluate(samplers, rollouts, task, layout, policy, pad_id)
-                row.update(scores)
-            if log:
-                checkpoint.log_step(log, row, t_start)
-            unlogged = False
-            segment_start = time.time()  # validation and checkpoints are not training compute
-        if last or stopping or step >= max_steps:
-            break
-        # sample: new prompts within the lag bound, one engine step on every sampler,
-        # finished groups in
-        room = scheduler.room(slots, samplers.num_unfinished, samples_per_prompt, rollouts.P)
-        rollouts.hand_out(samplers, step, room)
-        generated += samplers.step()
-        rollouts.collect(samplers.pop_finished())
-        # a stop meanwhile (in a validation or this engine step): no step begins; the top
-        # checkpoints, its groups go out again on resume
-        if stop.name is not None and not dp:
-            continue
-        batch = rollouts.ready_batch(step)
-        if batch is None:  # every prompt retired (No-Positive-Resampling),
-                           # none decoding: stop (below)
-            last = rollouts.starved and not samplers.num_unfinished and not dp
-            continue
-        # reward: the verifier or the sandbox, and the curriculum's pass rates
-        reward_groups(batch, task, curriculum)
-        last = (step + 1 >= max_steps or rollouts.starved
-                or 0 < max_minutes * 60 < time.time() - t_start)
-        if dp:  # every rank brings its share:
-                # one batch, one stop decision (a signal's too), its tokens
-            batches, stops, decoded, signalled = zip(*distributed.gather_objects(
-                (batch, last, generated, stop.name is not None)))
-            batch = [g for share in batches for g in share]
-            last, generated, stopping = any(stops), sum(decoded), any(signalled)
-        save = last or (step + 1) % ckpt_interval == 0  # at the loop's top
-        # the followers train it too
-        for rank in range(1, layout.trainers) if layout.samplers else ():
-            layout.mailbox.send(rank, ("step", batch, step))
-        # train, then push the weights into every sampler, in flight
-        stats = train_step(policy, batch, step, pad_id)
-        step += 1
-        push_weights(policy, samplers, step, getattr(torch, sampler_dtype),
-                     weight_bucket_mb << 20)
-        row = checkpoint.count(
-            counters, step, stats, generated, n_params, segment_start, cpu_start, layout.world)
-        unlogged, generated = True, 0
-        evaluate_row = step % eval_interval == 0 or last
-    if rollouts.starved and last and master:
-        print(f"every training prompt{' of a data-parallel share' if dp else ''} is retired by "
-              "No-Positive-Resampling: stopping")
-    # finished: a signal meanwhile changes nothing
-    done = not unlogged and (last or step >= max_steps)
-    exit_code = distributed.PREEMPTED if stopping and not done else 0
-    if layout.samplers:  # the last message to every other rank
-        samplers.stop(exit_code)
-    if log:
-        log.close()
-    return exit_code, step
 
 
 # -----------------------------------------------------------------------------
@@ -633,14 +618,25 @@ if __name__ == "__main__":
 
     if layout.role == "sampler":  # generate what the master hands out until it says stop
                                   # (distributed.serve)
-        exit_code = distributed.serve(
-            sample.make_sampler(load_path, task, layout, step, max_len, config),
-            layout, rank_timeout)
+        exit_code = distributed.serve(make_sampler(load_path, task, layout, step, max_len),
+                                      layout, rank_timeout)
     elif layout.role == "follower":  # train a share of each batch the master sends
         exit_code = run_follower(load_path, task, layout, pad_id, resume=state is not None)
-    else:  # the master, a data-parallel rank, or the one process
-        exit_code, step = run_master(
-            load_path, task, layout, state, logged, step, max_len, pad_id, config, stop)
+    else:  # the master, a data-parallel rank, or the one process: the loop's state, made here
+        policy = make_policy(load_path, layout, resume=state is not None)
+        rollouts = make_rollouts(task, layout, state)
+        samplers = (distributed.RemoteSamplers(layout, rank_timeout) if layout.samplers
+                    else make_sampler(load_path, task, layout, step, max_len, policy))
+        samplers.version = step
+        n_params = sum(p.numel() for p in policy.model.parameters())
+        code = any(p.code for p in task.prompts + task.val_prompts)
+        # what code rewards run under, in the log's header
+        isolation = sandbox.isolation() if code and layout.rank == 0 else None
+        opened = (log.open_run(out_dir, config, layout, n_params, isolation, logged)
+                  if layout.rank == 0 else None)
+        run = log.Run(state, logged, eval_interval, n_params, layout.world, opened)
+        exit_code, step = train_loop(
+            policy, samplers, rollouts, task, layout, run, stop, pad_id, config)
     distributed.finish(layout)
     if exit_code:  # stopped by a signal:
                    # every rank exits with PREEMPTED, the master says how to go on

@@ -164,7 +164,7 @@ def run_path(name, model_dir, layout, prompts, args, device, out):
         # told it is the only trainer (rank 0 of 1: no loss scaling, every row its own)
         policy = train.make_policy(model_dir, layout._replace(trainers=2, samplers=1))._replace(ranks=1)
         sampler_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, train.dtype))
-        sampler_model = sampler_model.to(device).eval()  # a sampler's own copy, as sample.make_sampler makes it
+        sampler_model = sampler_model.to(device).eval()  # a sampler's own copy, as train.make_sampler makes it
     else:
         policy = train.make_policy(model_dir, layout)
         sampler_model = policy.logprobs.model  # the trainer's compute copy itself

@@ -19,17 +19,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import data  # noqa: E402
 from infra import distributed  # noqa: E402
 import rewards  # noqa: E402
-import sample  # noqa: E402
 import train  # noqa: E402
 from infra.policy import resolve_dtype  # noqa: E402
 
 if __name__ == "__main__":
     show = int(next((a.split("=")[1] for a in sys.argv[1:] if a.startswith("--show=")), 0))
     train.configure([a for a in sys.argv[1:] if not a.startswith("--show=")])
-    config = train.current_config()
     # as train.py resolves it
-    config["sampler_dtype"], why = resolve_dtype(train.sampler_dtype, train.device)
-    print(f"the sampler computes in {config['sampler_dtype']} ({why})", flush=True)
+    train.sampler_dtype, why = resolve_dtype(train.sampler_dtype, train.device)
+    print(f"the sampler computes in {train.sampler_dtype} ({why})", flush=True)
     torch.manual_seed(train.seed)
     path = train.model_path or train.tiny_model()
     layout = distributed.Layout(0, 1, "single", 1, 0, 0, torch.device(train.device), None, None, None, None)
@@ -38,7 +36,7 @@ if __name__ == "__main__":
                               train.answer_field, train.prompt_template)
         max_len = max(len(p.input_ids) for p in task.val_prompts) + train.think_budget_max + train.answer_budget + \
             len(data.interruption(task.tokenizer))
-        sampler = sample.make_sampler(path, task, layout, 0, max_len, config)
+        sampler = train.make_sampler(path, task, layout, 0, max_len)
         for i, prompt in enumerate(task.val_prompts):
             sampler.add(i, prompt.input_ids, train.eval_samples)
         groups, tokens, started = [], 0, time.time()

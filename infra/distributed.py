@@ -338,6 +338,13 @@ def gather_objects(obj):
     return out
 
 
+def agree(batch, last, generated, signalled):
+    """Data-parallel ranks at a step: every rank's share of the batch -> one batch, one stop decision
+    (a signal's too), the tokens all of them decoded."""
+    batches, stops, decoded, signals = zip(*gather_objects((batch, last, generated, signalled)))
+    return [g for share in batches for g in share], any(stops), sum(decoded), any(signals)
+
+
 def bucket_plan(shapes, bucket_bytes, element_size):
     """[(name, shape)] -> buckets [[(name, shape), ...]]:
     consecutive tensors up to bucket_bytes, or one."""
