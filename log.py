@@ -193,6 +193,25 @@ def count(counters, step, stats, generated, n_params, started, cpu_start, world)
                 cpu_seconds=counters["cpu_seconds"], step_time=elapsed, **stats)
 
 
+def batch_figures(groups, scores, step, lr, train_truncated):
+    """A batch's figures before any learning, for the log: rewards, the step's learning rate, lengths,
+    cuts, interruptions, PipelineRL's lag (the trainer holds version `step`), in-flight updates."""
+    completions = [c for g in groups for c in g.completions]
+    n = len(completions)
+    truncated = sum(c.finish_reason == "truncated" for c in completions)
+    lags = [step - v for c in completions for v in c.versions]
+    return dict(
+        train_reward=scores.mean().item(),
+        train_pass_rate=(scores > 0).float().mean().item(),
+        lr=lr, truncation_rate=truncated / n,
+        truncated_excluded=0 if train_truncated else truncated,
+        interruption_rate=sum(c.interrupted for c in completions) / n,
+        completion_tokens=sum(len(c.token_ids) for c in completions),
+        policy_lag_mean=sum(lags) / len(lags), policy_lag_max=max(lags),
+        # completions that received new weights mid-sequence
+        inflight_update_frac=sum(len(set(c.versions)) > 1 for c in completions) / n)
+
+
 # -----------------------------------------------------------------------------
 # validation's figures
 

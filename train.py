@@ -36,8 +36,8 @@ import rewards
 import sample
 import scheduler
 from infra import checkpoint, distributed, memory
-from infra.policy import (add_grads, copy_weights, load_policy, push_weights, resolve_dtype,
-                          sampler_module, sync_grads)
+from infra.policy import (add_grads, copy_weights, load_policy, micro_batches, push_weights,
+                          resolve_dtype, sampler_module, sync_grads)
 from rewards import sandbox
 
 # -----------------------------------------------------------------------------
@@ -257,51 +257,17 @@ def collate(groups, advantages, pad_id):
     return ids, lengths, behaviour, mask, prompt_index, advantages.flatten()
 
 
-def micro_batches(lengths, rank, ranks):
-    """This trainer's micro-batches:
-    rows by length (less padding), dealt round-robin, packed to the caps."""
-    # every trainer runs the same number (FSDP2's gathers pair up):
-    # shorter lists end with empty micro-batches
-    order = torch.argsort(lengths, descending=True, stable=True).tolist()
-    packed = []
-    for r in range(ranks):
-        batches = [[]]
-        for i in order[r::ranks]:
-            rows = batches[-1]  # rows go longest first: padded to the first's length
-            # a cap (0: none)
-            if rows and (len(rows) >= micro_batch > 0
-                         or (len(rows) + 1) * int(lengths[rows[0]]) > micro_batch_tokens > 0):
-                batches.append([])
-            batches[-1].append(i)
-        packed.append([b for b in batches if b])
-    mine = [torch.tensor(b) for b in packed[rank]]
-    return mine + [torch.zeros(0, dtype=torch.long)] * (max(map(len, packed)) - len(mine))
-
-
 def train_step(policy, groups, step, pad_id):
     """The optimizer step after `step` earlier ones, on P scored groups -> the log's training
     stats."""
     # every trainer rank runs it on the same batch and computes its share of the rows
     step_lr = lr * min(1.0, (step + 1) / max(warmup_steps, 1))  # warm-up, then constant
-    # the batch's figures before any learning: rewards, lengths, cuts, PipelineRL's lag
     scores = torch.tensor([g.rewards for g in groups])  # (P, G)
-    completions = [c for g in groups for c in g.completions]
-    n = len(completions)
-    truncated = sum(c.finish_reason == "truncated" for c in completions)
-    lags = [step - v for c in completions for v in c.versions]  # the trainer holds version `step`
     keep = (loss.zero_variance_mask(scores) if zero_var_filter
             else torch.ones(len(groups), dtype=torch.bool))
-    stats = dict(
-        train_reward=scores.mean().item(),
-        train_pass_rate=(scores > 0).float().mean().item(),
-        lr=step_lr, truncation_rate=truncated / n,
-        truncated_excluded=0 if train_truncated else truncated,
-        interruption_rate=sum(c.interrupted for c in completions) / n,
-        completion_tokens=sum(len(c.token_ids) for c in completions),
-        policy_lag_mean=sum(lags) / len(lags), policy_lag_max=max(lags),
-        # completions that received new weights mid-sequence
-        inflight_update_frac=sum(len(set(c.versions)) > 1 for c in completions) / n,
-        effective_prompts=int(keep.sum()))
+    # the batch's figures before any learning: rewards, lengths, cuts, PipelineRL's lag
+    stats = dict(log.batch_figures(groups, scores, step, step_lr, train_truncated),
+                 effective_prompts=int(keep.sum()))
     kept = [g for g, k in zip(groups, keep.tolist()) if k]
     if not kept:  # every group was all-correct or all-wrong: nothing to learn from this batch
         return dict(stats, loss=0.0, grad_norm=0.0, skipped="no_signal", trained_tokens=0)
@@ -313,7 +279,7 @@ def train_step(policy, groups, step, pad_id):
         param_group["lr"] = step_lr
     on = next(policy.logprobs.parameters()).device
     loss_stats = []
-    for rows in micro_batches(lengths, policy.rank, policy.ranks):
+    for rows in micro_batches(lengths, policy.rank, policy.ranks, micro_batch, micro_batch_tokens):
         # a rank short of rows still joins the collectives, with one weightless row
         present, rows = (1.0, rows) if len(rows) else (0.0, torch.zeros(1, dtype=torch.long))
         T = int(lengths[rows].max())
@@ -379,7 +345,7 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
         ids, lengths, behaviour, mask, _, _ = collate(
             groups[:8], torch.zeros(8, eval_samples), pad_id)
         # one forward within the trainer's caps (GPUs: 16k tokens)
-        rows = micro_batches(lengths, 0, 1)[0]
+        rows = micro_batches(lengths, 0, 1, micro_batch, micro_batch_tokens)[0]
         T, on = int(lengths[rows].max()), next(policy.model.parameters()).device
         logprobs = policy.logprobs(ids[rows, :T].to(on), temperature, fp32_head)
         mb = lambda x: x[rows, :T - 1].to(on)

@@ -25,6 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import data  # noqa: E402
 import train  # noqa: E402
+from infra.policy import micro_batches  # noqa: E402
 
 HEAD = re.compile(r"^--- (\S+\.jsonl):(\d+) \(answer .*?, (?:right|wrong)\): ", re.M)
 
@@ -64,7 +65,7 @@ def padding_share(config, draw, batches=200, seed=0):
         # a group's rows share a prompt, but their lengths are mostly the completions': drawn row by row
         lengths = torch.tensor(draw(train.prompts_per_step * train.samples_per_prompt, rng))
         for rank in range(ranks):
-            for rows in train.micro_batches(lengths, rank, ranks):
+            for rows in micro_batches(lengths, rank, ranks, train.micro_batch, train.micro_batch_tokens):
                 if len(rows):
                     real += int(lengths[rows].sum())
                     padded += len(rows) * int(lengths[rows].max())

@@ -131,6 +131,27 @@ def copy_weights(model, compute):
             c.copy_(p)
 
 
+def micro_batches(lengths, rank, ranks, max_rows=0, max_tokens=0):
+    """This trainer's micro-batches: rows by length (less padding), dealt round-robin, packed to the
+    caps (train.py's micro_batch rows, micro_batch_tokens padded tokens; 0: none)."""
+    # every trainer runs the same number (FSDP2's gathers pair up):
+    # shorter lists end with empty micro-batches
+    order = torch.argsort(lengths, descending=True, stable=True).tolist()
+    packed = []
+    for r in range(ranks):
+        batches = [[]]
+        for i in order[r::ranks]:
+            rows = batches[-1]  # rows go longest first: padded to the first's length
+            # a cap (0: none)
+            if rows and (len(rows) >= max_rows > 0
+                         or (len(rows) + 1) * int(lengths[rows[0]]) > max_tokens > 0):
+                batches.append([])
+            batches[-1].append(i)
+        packed.append([b for b in batches if b])
+    mine = [torch.tensor(b) for b in packed[rank]]
+    return mine + [torch.zeros(0, dtype=torch.long)] * (max(map(len, packed)) - len(mine))
+
+
 def sync_grads(model, n_trainers):
     """Data parallel (plain modules): average the trainers' gradients, one all-reduce of one
     buffer."""

@@ -237,7 +237,9 @@ def measure_pass_rate(model_dir, n_prompts=200, samples=8, seed=1234):
 
 
 if __name__ == "__main__":
-    args = configurator.configure(dict(seed=0, measure=True), sys.argv[1:], "data/builtin/prepare.py")
+    # penalty_cache: train.py's default (its 'penalty' length control), for the budget's ceiling below
+    args = configurator.configure(dict(seed=0, measure=True, penalty_cache=8), sys.argv[1:],
+                                  "data/builtin/prepare.py")
     started = time.time()
     model_dir = build_tiny_model(seed=args["seed"])
     with open(os.path.join(model_dir, "build.json")) as f:
@@ -249,10 +251,10 @@ if __name__ == "__main__":
         print(f"validation at temperature 1, 200 prompts x {stats['k']}: pass@1 {stats['pass_at_1']:.3f} | "
               f"pass@{stats['k']} {stats['pass_at_k']:.3f} | interrupted {stats['interrupted']:.3f}\npass@1 by number "
               "of terms: " + " ".join(f"{n}:{r:.2f}" for n, r in stats["by_difficulty"].items()))
-        import train  # its defaults: the budgets a run samples under
-        task, L_max = load_task("builtin", model_dir, 1, 200, 0), train.think_budget_max + train.answer_budget
-        passed, unpenalised = ceiling(task, (train.think_budget_min, train.think_budget_max), train.answer_budget,
-                                      L_max - train.penalty_cache)
+        # the budgets a run of train.py samples under by default: the built-in task's (data.py)
+        think_min, think_max = TINY_THINK_BUDGET
+        task, L_max = load_task("builtin", model_dir, 1, 200, 0), think_max + TINY_ANSWER_BUDGET
+        passed, unpenalised = ceiling(task, (think_min, think_max), TINY_ANSWER_BUDGET, L_max - args["penalty_cache"])
         print(f"a perfect policy under train.py's budgets: {passed:.3f} uninterrupted and right, {unpenalised:.3f} "
               "clear of the length penalty")
     print(model_dir)
