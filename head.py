@@ -11,29 +11,13 @@ Every per-token tensor is aligned with the *predicted* token: position t holds
 log p(x[t+1] | x[:t+1]).
 """
 
-from contextlib import contextmanager
-
 import torch
 import torch.nn.functional as F
 
+from infra.speed import bf16_products
+
 # -----------------------------------------------------------------------------
 # logits
-
-@contextmanager
-def _bf16_products():
-    """CPU: fp32 matmuls through oneDNN (its bf16 math allowed), summing in fp32."""
-    # torch 2.13 on this CPU (avx512_bf16, no AMX): the results are IEEE fp32's (fp32 operands that
-    # are not bf16 values came out unrounded: 4e-6 from the exact sums), 1.4x faster than without
-    # (the Qwen head at 192 rows: 312 against 428 ms; a bf16 matmul 156). No CPU op multiplies bf16
-    # into fp32 outputs (mm / addmm / bmm out_dtype are CUDA-only, _grouped_mm and oneDNN's linear
-    # keep the input's dtype): fp32 logits cost an fp32 matmul here (benchmarks/decode_roofline.py)
-    before = torch.backends.mkldnn.matmul.fp32_precision
-    torch.backends.mkldnn.matmul.fp32_precision = "bf16"
-    try:
-        yield
-    finally:
-        torch.backends.mkldnn.matmul.fp32_precision = before
-
 
 def head_weight(model, fp32_head=True):
     """The LM head's weight as _head takes it: on CPUs upcast to fp32 once a decode step or
@@ -56,7 +40,7 @@ def _head(hidden, weight, weight32, bias, temperature, fp32_head=True):
     elif weight32 is None:
         logits = torch.mm(hidden.to(weight.dtype), weight.t(), out_dtype=torch.float32)
     else:
-        with _bf16_products():
+        with bf16_products():
             logits = torch.mm(hidden.float(), weight32.t())
     logits = logits if bias is None or weight.dtype == torch.float32 else logits + bias.float()
     # the temperature sits right before the log-softmax; in place: a fresh (n, V) fp32 tensor cost

@@ -18,12 +18,9 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface
-from transformers.cache_utils import Cache, DynamicLayer
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from head import head_weight, lm_head_logits
+from infra.speed import draw_tokens, new_cache  # the CPU speed work; registers "sdpa_decode"
 from scheduler import Completion, Group  # what comes out (the scheduler owns them)
 
 
@@ -140,31 +137,6 @@ class Sampler:
 # -----------------------------------------------------------------------------
 # plain torch: batched decoding with a KV cache, on the transformers model itself
 
-class GrowingLayer(DynamicLayer):
-    """Keys and values are views of buffers with room to grow (doubling):
-    a decode step writes its column."""
-    # in place, where DynamicLayer's torch.cat copies the cache
-    # (40% of a SmolLM2 decode step, fp32, CPU)
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        T, t = self.get_seq_length(), key_states.shape[-2]
-        if T + t > (self.room.shape[-2] if hasattr(self, "room") else 0):  # full: double the room
-            room = [x.new_empty(*x.shape[:-2], 2 * (T + t), x.shape[-1])
-                    for x in (key_states, value_states)]
-            if T:  # the columns so far move in
-                room[0][..., :T, :], room[1][..., :T, :] = self.keys, self.values
-            self.room, self.room_values = room
-        self.keys, self.values = (x[..., :T + t, :] for x in (self.room, self.room_values))
-        self.keys[..., T:, :], self.values[..., T:, :] = key_states, value_states
-        return self.keys, self.values
-
-
-def _new_cache():
-    return Cache(layer_class_to_replicate=GrowingLayer)
-
-
 @functools.cache
 def _cache_kwarg(model_class):  # once per class, not once per decode step
     """transformers 5.24 renamed the forward kwarg past_key_values -> cache;
@@ -178,70 +150,6 @@ def forward_with_cache(model, input_ids, cache, attention_mask=None, position_id
     return model.base_model(input_ids=input_ids, attention_mask=attention_mask,
                             position_ids=position_ids, use_cache=True,
                             **{_cache_kwarg(type(model.base_model)): cache}).last_hidden_state
-
-
-def decode_attention(module, query, key, value, attention_mask, **kwargs):
-    """transformers' sdpa attention;
-    a decode step's query heads grouped by the KV head they read."""
-    # (B, heads, 1, D) queries -> (B, kv_heads, heads / kv_heads, D): a group stands where positions
-    # would, against the cache as it is, (B, kv_heads, T, D), which sdpa copies once per query head.
-    # The same sums; Qwen2.5-0.5B, 64 rows, bf16, 2 CPU cores: 0.8 ms a layer against 9
-    # (the decode step 2x faster)
-    B, heads, length, D = query.shape
-    if length > 1:  # a prefill, or the trainer sharing this module: sdpa itself
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    grouped = query.reshape(B, key.shape[1], heads // key.shape[1], D)
-    # attention_mask: (B, 1, 1, T) or None; one query a row, so nothing causal to mask
-    out = F.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask,
-                                         scale=kwargs.get("scaling"))
-    # (B, 1, heads, D), as sdpa_attention_forward returns it
-    return out.reshape(B, 1, heads, D), None
-
-
-AttentionInterface.register("sdpa_decode", decode_attention)
-AttentionMaskInterface.register("sdpa_decode", sdpa_mask)  # its masks are sdpa's
-
-
-def sample_tokens(logprobs, generator, block=1024):
-    """(B, V) log-probs -> (B, 1) tokens, inverse CDF:
-    a block of entries by its mass, then a token of it."""
-    return inverse_cdf(logprobs.exp(), generator, block)
-
-
-def inverse_cdf(weights, generator, block=1024):
-    """(B, V) weights (probabilities, unnormalised) -> (B, 1) tokens drawn in proportion."""
-    # p(block) x p(token) / p(block) = p(token), from two uniforms a row, where torch.multinomial
-    # draws an exponential per entry (a quarter of a Qwen decode step on 2 CPU cores: 152k entries
-    # a row) and a cumsum of the whole row in fp64 costs a sixth; a block's mass is summed in fp32
-    # (relative error ~1e-6)
-    B, V = weights.shape
-    full = V // block * block  # the whole blocks' entries, then a ragged last block's, if any
-    masses = weights[:, :full].view(B, -1, block).sum(-1)  # (B, blocks)
-    if full < V:
-        masses = torch.cat([masses, weights[:, full:].sum(-1, keepdim=True)], 1)
-    u = torch.rand(B, 2, dtype=torch.float64, device=weights.device, generator=generator)
-
-    def draw(weights, u):  # the first entry whose CDF (fp64) passes u x the total
-        cdf = weights.cumsum(-1, dtype=torch.float64)
-        return (torch.searchsorted(cdf, u[:, None] * cdf[:, -1:], right=True)
-                .clamp_(max=cdf.shape[1] - 1))
-    index = draw(masses, u[:, 0]) * block + torch.arange(block, device=weights.device)  # (B, block)
-    # a ragged last block's overhang weighs 0
-    entries = weights.gather(1, index.clamp(max=V - 1)) * (index < V)
-    return index.gather(1, draw(entries, u[:, 1]))  # (B, 1)
-
-
-def draw_tokens(logits, generator):
-    """(B, V) fp32 logits / temperature, overwritten -> (B, 1) tokens from their softmax and
-    (B,) their log-probs."""
-    # exp(logits - max) in the logits' own buffer: a fresh (B, V) fp32 tensor cost ~25 ms of page
-    # faults at 192 rows here, a pass ~10 ms (log_softmax, its exp, a slice a block: 34 ms a step;
-    # this 29)
-    weights = logits.sub_(logits.amax(-1, keepdim=True)).exp_()  # (B, V), the largest 1
-    tokens = inverse_cdf(weights, generator)
-    # log p = log(w / sum w): the trainer's logit - logsumexp to 1e-6 (log(exp(x)) is x to an ulp
-    # of 1; log_softmax's was 4e-5 from it, Qwen's head)
-    return tokens, weights.gather(1, tokens)[:, 0].log() - weights.sum(-1).log()
 
 
 class TorchSampler(Sampler):
@@ -259,7 +167,7 @@ class TorchSampler(Sampler):
         self.rows = []  # running _Seq, one per cache row
         # the cache: per layer keys, values (B, kv_heads, T, head_dim), extended in place; the mask
         # (B, T): 1 where a row's column holds one of its tokens (no rows, no columns yet)
-        self.cache = _new_cache()
+        self.cache = new_cache()
         self.mask = torch.zeros(0, 0, dtype=torch.long, device=self.device)
         self.head = None  # the LM head's weight as lm_head_logits takes it, cast once per version
 
@@ -332,7 +240,7 @@ class TorchSampler(Sampler):
         if width:
             context = torch.tensor([[0] * (width - n) + list(p[:n])  # left-padded, (U, width)
                                     for n, p in zip(lengths, prompts)], device=self.device)
-            cache = _new_cache()
+            cache = new_cache()
             forward_with_cache(self.model, context, cache, mask, (mask.cumsum(1) - 1).clamp(min=0))
             kv = [(layer.keys[rows], layer.values[rows])
                   for layer in cache.layers]  # a row per sequence
@@ -351,7 +259,7 @@ class TorchSampler(Sampler):
         mask = torch.cat([F.pad(m, (T - m.shape[1], 0)) for _, m in parts])  # (B, T)
         # the first column in use
         start = next((j for j, used in enumerate(mask.any(0).tolist()) if used), T)
-        self.mask, self.cache = mask[:, start:], _new_cache()
+        self.mask, self.cache = mask[:, start:], new_cache()
         if start == T:  # no column left: an empty cache
             return
         # a block with columns: the layers' shapes

@@ -38,6 +38,7 @@ import configurator  # noqa: E402
 from step_roofline import wrap  # noqa: E402  (record_function around a method, undone after)
 import head  # noqa: E402
 import sample  # noqa: E402
+from infra import speed  # noqa: E402
 from infra.policy import resolve_dtype  # noqa: E402
 
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear",
@@ -113,7 +114,7 @@ def profile_steps(s, steps):
     """-> {part: seconds a step} over `steps` profiled decode steps, and their wall s a step."""
     undo = [wrap(sample, "forward_with_cache", "forward"), wrap(sample, "lm_head_logits", "head"),
             wrap(sample, "draw_tokens", "sampling"),
-            wrap(sample.GrowingLayer, "update", "cache upkeep"),
+            wrap(speed.GrowingLayer, "update", "cache upkeep"),
             wrap(sample.TorchSampler, "_splice", "cache upkeep")]
     try:
         with profile(activities=[ProfilerActivity.CPU]) as prof:

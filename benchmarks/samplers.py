@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402
 import sample  # noqa: E402
 from head import token_logprobs  # noqa: E402
+from infra import speed  # noqa: E402
 from infra.policy import resolve_dtype  # noqa: E402
 from sample import TorchSampler, VLLMSampler  # noqa: E402
 
@@ -45,13 +46,13 @@ DEFAULTS = dict(batch=64, new_tokens=64, prompt_len=16, repeats=3, device="cpu",
 def decoding_as_before(model):
     """The decode step before the grouped decode attention and the inverse-CDF draw: sdpa,
     torch.multinomial."""
-    draw = sample.inverse_cdf  # the decode draws through it (sample.draw_tokens)
+    draw = speed.inverse_cdf  # the decode draws through it (speed.draw_tokens)
     model.set_attn_implementation("sdpa")
-    sample.inverse_cdf = lambda weights, generator: torch.multinomial(weights, 1, generator=generator)
+    speed.inverse_cdf = lambda weights, generator: torch.multinomial(weights, 1, generator=generator)
     try:
         yield
     finally:
-        sample.inverse_cdf = draw
+        speed.inverse_cdf = draw
         model.set_attn_implementation("sdpa_decode")
 
 
