@@ -1,9 +1,10 @@
-"""The run's log and its compute axis. log.jsonl is the contract with fit_curve.py (docs/log.md): one JSON row per
-optimizer step, flushed, validation figures on evaluated steps; beside it the console line, the live fit of the
-scaling law on every validation, and the paper's warnings. The compute axis C the law is fitted on is counted
-here (`count`): gpu_hours (wall hours of sampling and training, times the processes) and flops (~2N a token
-generated, ~6N a token trained). The master writes it; infra/checkpoint.py cuts it back to a checkpoint's step on
-resume, so it goes on with no gap and no duplicate."""
+"""The run's log and its compute axis. log.jsonl is the contract with fit_curve.py (docs/log.md):
+one JSON row per optimizer step, flushed, validation figures on evaluated steps; beside it the console
+line, the live fit of the scaling law on every validation, and the paper's warnings. The compute
+axis C the law is fitted on is counted here (`count`): gpu_hours (wall hours of sampling and
+training, times the processes) and flops (~2N a token generated, ~6N a token trained). The master
+writes it; infra/checkpoint.py cuts it back to a checkpoint's step on resume, so it goes on with no
+gap and no duplicate."""
 
 import json
 import math
@@ -18,8 +19,9 @@ from infra.checkpoint import read_log, writing
 
 
 class Run:
-    """One process's run on the compute axis: the counters a checkpoint carries, the step's row and whether it is
-    logged and evaluated yet, and the open log (the master's; None on the other ranks)."""
+    """One process's run on the compute axis: the counters a checkpoint carries, the step's row and
+    whether it is logged and evaluated yet, and the open log (the master's; None on the other
+    ranks)."""
 
     def __init__(self, state, logged, eval_interval, n_params, world, log=None):
         self.step, self.resumed = (state["step"], True) if state else (0, False)  # where it starts
@@ -34,14 +36,15 @@ class Run:
         self.unlogged, self.row = row is not None, row or state["row"]
 
     def count(self, step, stats, evaluate):
-        """A training step done: its row (the compute axis moved on), to be logged, evaluated or not."""
-        self.row = count(self.counters, step, stats, self.generated, self.n_params, self.segment_start,
-                         self.cpu_start, self.world)
+        """A training step done: its row (the compute axis moved on), to be logged, evaluated or
+        not."""
+        self.row = count(self.counters, step, stats, self.generated, self.n_params,
+                         self.segment_start, self.cpu_start, self.world)
         self.unlogged, self.generated, self.evaluate = True, 0, evaluate
 
     def write(self):
-        """The step's row to log.jsonl and the console (the master's); the next training segment starts:
-        validation and checkpoints are not training compute."""
+        """The step's row to log.jsonl and the console (the master's); the next training segment
+        starts: validation and checkpoints are not training compute."""
         if self.log:
             log_step(self.log, self.row, self.t_start)
         self.unlogged = False
@@ -194,8 +197,9 @@ def count(counters, step, stats, generated, n_params, started, cpu_start, world)
 
 
 def batch_figures(groups, scores, step, lr, train_truncated):
-    """A batch's figures before any learning, for the log: rewards, the step's learning rate, lengths,
-    cuts, interruptions, PipelineRL's lag (the trainer holds version `step`), in-flight updates."""
+    """A batch's figures before any learning, for the log: rewards, the step's learning rate,
+    lengths, cuts, interruptions, PipelineRL's lag (the trainer holds version `step`), in-flight
+    updates."""
     completions = [c for g in groups for c in g.completions]
     n = len(completions)
     truncated = sum(c.finish_reason == "truncated" for c in completions)
@@ -223,26 +227,32 @@ def pass_at_k(n, c, k):
 
 
 def validation(prompts, groups, eval_samples, domains, started, reduce=None):
-    """Scored held-out groups (one of `prompts` each) -> the log's validation figures: val_reward (mean@n), its
-    standard errors, pass@k (k = 1, 2, 4, ..., n = eval_samples), per domain too when there are several; `reduce`
-    sums the counts over data-parallel ranks (each evaluated its share)."""
+    """Scored held-out groups (one of `prompts` each) -> the log's validation figures: val_reward
+    (mean@n), its standard errors, pass@k (k = 1, 2, 4, ..., n = eval_samples), per domain too when
+    there are several; `reduce` sums the counts over data-parallel ranks (each evaluated its
+    share)."""
     # sums over samples and prompts, overall and per domain: the same keys on every rank
-    ks = sorted({2 ** i for i in range(eval_samples.bit_length())} | {eval_samples})  # 1, 2, 4, ..., n
+    # 1, 2, 4, ..., n
+    ks = sorted({2 ** i for i in range(eval_samples.bit_length())} | {eval_samples})
     kinds = ("correct", "total", "prompts", "squares", "binomial", *(f"pass@{k}" for k in ks))
     names = ["", *(f"_{d}" for d in domains)]
     counts = {kind + d: 0.0 for kind in kinds for d in names}
     for prompt, g in zip(prompts, groups):
         n, c = len(g.rewards), sum(r > 0 for r in g.rewards)
-        # squares: for the standard error over prompts; binomial: p (1 - p) / n, the sampling's share
-        figures = (c, n, 1, (c / n) ** 2, c * (n - c) / n ** 2 / n, *(pass_at_k(n, c, k) for k in ks))
+        # squares: for the standard error over prompts; binomial: p (1 - p) / n, the
+        # sampling's share
+        figures = (c, n, 1, (c / n) ** 2, c * (n - c) / n ** 2 / n,
+                   *(pass_at_k(n, c, k) for k in ks))
         for d in ("", f"_{prompt.domain}"):
             for kind, x in zip(kinds, figures):
                 counts[kind + d] += x
     if reduce:
         counts = reduce(counts)
     mean = counts["correct"] / counts["total"]
-    spread = max(counts["squares"] / counts["prompts"] - mean ** 2, 0.0)  # the prompts' pass rates' variance
-    # val_reward_se: the spread between prompts (a new draw of prompts); val_sampling_se: the samples' own error
+    # the prompts' pass rates' variance
+    spread = max(counts["squares"] / counts["prompts"] - mean ** 2, 0.0)
+    # val_reward_se: the spread between prompts (a new draw of prompts); val_sampling_se: the
+    # samples' own error
     # on these prompts (what separates points of one run, which share them), sqrt(sum p(1-p)/k) / n
     result = {"val_reward": mean, "val_reward_se": (spread / counts["prompts"]) ** 0.5,
               "val_sampling_se": counts["binomial"] ** 0.5 / counts["prompts"],

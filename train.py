@@ -406,8 +406,8 @@ def make_policy(path, layout, resume=False):
 
 
 def make_sampler(path, task, layout, version, max_len, policy=None):
-    """A sampler in this process: torch's (decoding with the policy's compute weights, or its own copy
-    of the model on a sampler rank) or vLLM's."""
+    """A sampler in this process: torch's (decoding with the policy's compute weights, or its own
+    copy of the model on a sampler rank) or vLLM's."""
     encode = lambda text: task.tokenizer.encode(text, add_special_tokens=False)
     knobs = dict(temperature=temperature, fp32_head=fp32_head, max_seqs=sampler_slots,
                  seed=seed + 1000 * layout.rank + version, version=version, eos_ids=task.eos_ids,

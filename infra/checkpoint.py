@@ -1,9 +1,10 @@
-"""A run's checkpoints in out_dir (log.py writes log.jsonl and config.json beside them): ckpt/, a Hugging
-Face model directory (fp32 weights and the tokenizer: transformers and vLLM load it as it is) with optimizer.pt and
-state.pt (step, counters, curriculum, the step's log row, the other files' sizes), written beside
-the old one and swapped in. On resume the checkpoint is checked and the log cut back to its step: it
-goes on with no gap and no duplicate. A write that fails (a full disk) ends the run in one line,
-leaving the log's complete rows and the last complete checkpoint (docs/resume.md)."""
+"""A run's checkpoints in out_dir (log.py writes log.jsonl and config.json beside them): ckpt/, a
+Hugging Face model directory (fp32 weights and the tokenizer: transformers and vLLM load it as it
+is) with optimizer.pt and state.pt (step, counters, curriculum, the step's log row, the other files'
+sizes), written beside the old one and swapped in. On resume the checkpoint is checked and the log
+cut back to its step: it goes on with no gap and no duplicate. A write that fails (a full disk) ends
+the run in one line, leaving the log's complete rows and the last complete checkpoint
+(docs/resume.md)."""
 
 import json
 import os

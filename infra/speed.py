@@ -1,12 +1,16 @@
-"""The CPU speed work of the samplers and the fp32 head: skip it on a first read. Each piece does what a plain
-torch call does, faster on a CPU, and says which call and by how much (measured on 2 cores; the decode step part by
-part: benchmarks/decode_roofline.py, the samplers' tokens/s: benchmarks/samplers.py).
+"""The CPU speed work of the samplers and the fp32 head: skip it on a first read. Each piece does
+what a plain torch call does, faster on a CPU, and says which call and by how much (measured on 2 cores;
+the decode step part by part: benchmarks/decode_roofline.py, the samplers' tokens/s:
+benchmarks/samplers.py).
 
-    GrowingLayer, new_cache   a KV cache that grows in place       (plain: transformers' DynamicCache)
-    decode_attention          a decode step's query heads grouped  (plain: F.scaled_dot_product_attention, "sdpa")
+    GrowingLayer, new_cache   a KV cache that grows in place (plain: transformers' DynamicCache)
+    decode_attention          a decode step's query heads grouped by KV head
+                              (plain: F.scaled_dot_product_attention, transformers' "sdpa")
     inverse_cdf, sample_tokens, draw_tokens
-                              a token drawn from two uniforms      (plain: torch.multinomial(softmax(logits)))
-    bf16_products             the fp32 head's matmul through oneDNN's bf16 path (plain: an fp32 matmul)
+                              a token drawn from two uniforms
+                              (plain: torch.multinomial(torch.softmax(logits, -1), 1))
+    bf16_products             the fp32 head's matmul through oneDNN's bf16 path
+                              (plain: an fp32 matmul)
 """
 from contextlib import contextmanager
 
@@ -116,8 +120,8 @@ def draw_tokens(logits, generator):
 
 @contextmanager
 def bf16_products():
-    """CPU: fp32 matmuls through oneDNN (its bf16 math allowed), summing in fp32 (plain: an fp32 matmul; head.py's fp32
-    head on a bf16 weight)."""
+    """CPU: fp32 matmuls through oneDNN (its bf16 math allowed), summing in fp32 (plain: an fp32
+    matmul; for head.py's fp32 head on a bf16 weight)."""
     # torch 2.13 on this CPU (avx512_bf16, no AMX): the results are IEEE fp32's (fp32 operands that
     # are not bf16 values came out unrounded: 4e-6 from the exact sums), 1.4x faster than without
     # (the Qwen head at 192 rows: 312 against 428 ms; a bf16 matmul 156). No CPU op multiplies bf16
