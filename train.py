@@ -19,7 +19,6 @@ import importlib.util
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 
@@ -50,39 +49,32 @@ clip_low = 0.2                 # DAPO / GRPO: ratio clipped below at 1 - clip_lo
 clip_high = 0.28               # DAPO: above at 1 + clip_high (GRPO: 1 + clip_low)
 gspo_low = 3e-3                # GSPO: sequence ratio clipped to [1 - gspo_low, 1 + gspo_high]
 gspo_high = 5e-3
-is_correction = "none"         # loss.IS_CORRECTIONS, beside any loss: 'none' (paper) | 'tis' |
-                               # 'icepop' | 'geo_mask'; their knobs follow
+is_correction = "none"         # loss.IS_CORRECTIONS: 'none' (paper) | 'tis' | 'icepop' | 'geo_mask'
 tis_cap = 2.0                  # token TIS: a token's ratio to the sampler counts at most this
 icepop_low = 0.5               # IcePop: a token whose ratio leaves [low, high] is dropped
 icepop_high = 2.0
-geo_low = 0.99                 # geometric mask: a sequence whose exp(mean log ratio) leaves
-                               # [low, high] is dropped
-geo_high = 1.01
+geo_low = 0.99                 # geometric mask: drops a sequence whose exp(mean log ratio) leaves
+geo_high = 1.01                # [low, high]
 agg = "prompt"                 # loss aggregation: 'prompt' | 'sample' | 'token'
 adv_norm = "batch"             # advantage normalisation: 'batch' | 'prompt' | 'none'
 zero_var_filter = True         # drop prompt groups whose rewards are all equal
-npr = True                     # No-Positive-Resampling:
-                               # retire prompts with pass rate >= npr_threshold
+npr = True                     # No-Positive-Resampling: retire prompts passing npr_threshold
 npr_threshold = 0.9
 fp32_head = True               # LM head in fp32 on the sampler and the trainer
-off_policy = "pipeline"        # scheduler.OFF_POLICY:
-                               # 'pipeline' (PipelineRL-k) | 'ppo' (PPO-off-policy-k)
+off_policy = "pipeline"        # scheduler.OFF_POLICY: 'pipeline' (PipelineRL-k) | 'ppo' (PPO-k)
 max_lag = 8                    # k: generation runs at most k optimizer steps ahead of training
 length_control = "interrupt"   # 'interrupt' (forced '</think>') | 'penalty' (DAPO overlong penalty)
 think_budget_min = data.TINY_THINK_BUDGET[0]  # thinking budget drawn per sequence (paper: 10k..12k)
 think_budget_max = data.TINY_THINK_BUDGET[1]  # (paper: 12,288)
 answer_budget = data.TINY_ANSWER_BUDGET       # tokens after '</think>' (paper: 2,048)
-penalty_cache = 8              # 'penalty': L_cache, the soft zone below L_max = think_budget_max +
-                               # answer_budget (paper: 2k of 14k)
-train_truncated = False        # train on completions cut at the answer budget too
-                               # (paper, A.16: excluded)
+penalty_cache = 8              # 'penalty': L_cache below L_max = think + answer (paper: 2k of 14k)
+train_truncated = False        # train on completions cut at the answer budget (paper, A.16: no)
 temperature = 1.0              # sampling temperature, also used by the trainer and validation
 # batch and optimiser
 prompts_per_step = 32          # P prompts per optimizer step (paper: 48)
 samples_per_prompt = 8         # G completions per prompt (paper: 16)
-lr = 5e-5                      # constant after warm-up (paper: 5e-7 for 8B; tiny models need more;
-                               # at 1e-4 the built-in task's CISPO runs drifted off-policy, fell
-                               # back at ~60)
+lr = 5e-5                      # constant after warm-up (paper: 5e-7 for 8B; tiny models need more:
+                               # at 1e-4 the built-in task's CISPO runs fell back after ~60 steps)
 warmup_steps = 10              # linear warm-up (paper: 100)
 weight_decay = 0.01
 adam_eps = 1e-15               # (paper: 1e-15)
@@ -92,62 +84,45 @@ grad_clip = 1.0                # max grad norm (ours: the paper does not say)
 max_steps = 400                # optimizer steps
 max_minutes = 8.0              # wall-clock budget of the whole run, evaluation included; 0 = none
 # data, evaluation, checkpoints
-out_dir = "out"                # log.jsonl, config.json, ckpt/ (checkpoint.py)
+out_dir = "out"                # log.jsonl, config.json, ckpt/
 init_from = "scratch"          # 'scratch' (start from model_path) | 'resume' (out_dir's checkpoint)
-model_path = ""                # local Hugging Face causal-LM directory;
-                               # '' = the built-in task's tiny model
-data_path = "builtin"          # 'builtin' | local JSONL files, comma-separated,
-                               # optionally weighted (data.py)
-prompt_field = ""              # JSONL field of the problem;
-                               # '' = "prompt" or "problem", whichever is there
+model_path = ""                # local Hugging Face causal-LM directory; '' = the built-in tiny model
+data_path = "builtin"          # 'builtin' | local JSONL files, comma-separated, weighted (data.py)
+prompt_field = ""              # JSONL field of the problem; '' = "prompt" or "problem"
 answer_field = "answer"        # JSONL field of the reference answer (math rows)
-prompt_template = "{problem}"  # what the model is asked,
-                               # {problem} replaced by a JSONL row's problem
-sandbox_unsafe = False         # code rewards without root and namespaces: programs run as you,
-                               # reading what you can
-verify_timeout = rewards.TIMEOUT  # seconds math-verify may spend on one symbolic answer,
-                                  # in any thread (ours)
-n_train = 4000                 # training prompts: the built-in task draws this many; JSONL:
-                               # at most, 0 = all
+prompt_template = "{problem}"  # what the model is asked, {problem} replaced by a row's problem
+sandbox_unsafe = False         # code rewards without root and namespaces: programs run as you
+verify_timeout = rewards.TIMEOUT  # seconds math-verify may spend on one answer, any thread (ours)
+n_train = 4000                 # training prompts: the built-in task draws this many; JSONL: at most
 n_val = 200                    # held-out validation prompts (paper: 1,000)
-seed = 0                       # the RL run: sampling and curriculum order
-                               # (vary it for seed-to-seed spread)
-data_seed = 0                  # the built-in task, its tiny base model and the held-out split:
-                               # keep it fixed across seeds so runs start from the same R0 on the
-                               # same prompts
+seed = 0                       # the RL run: sampling and curriculum order (vary it across seeds)
+data_seed = 0                  # the built-in task, its base model and the held-out split: keep it
+                               # fixed across seeds, so runs start from one R0 on the same prompts
 eval_interval = 10             # steps between validations (paper: 100); step 0 is always evaluated
 eval_samples = 8               # samples per held-out prompt (paper: 16, "mean@16")
 ckpt_interval = 50             # steps between checkpoints; one is also written at the end
-wandb_log = False              # mirror every log.jsonl row to Weights & Biases
-                               # (nanoGPT's; pip install wandb)
+wandb_log = False              # mirror every log.jsonl row to Weights & Biases (pip install wandb)
 wandb_project = "scalerl"
 wandb_run_name = ""            # '' = wandb's own name
 # hardware
 device = "cpu"                 # 'cpu' | 'cuda'
-dtype = "float32"              # trainer compute: 'float32' | 'bfloat16' | 'auto' (parameters and
-                               # AdamW stay fp32); 'auto': bf16 on CUDA and native-bf16 CPUs, else
-                               # fp32 (policy.resolve_dtype)
-sampler_dtype = "auto"         # sampler compute, the same choices (the paper's generators: bf16);
-                               # the weights reach it cast
+dtype = "float32"              # trainer compute: 'float32' | 'bfloat16' | 'auto' (bf16 on CUDA and
+                               # native-bf16 CPUs); parameters and AdamW stay fp32 either way
+sampler_dtype = "auto"         # sampler compute, the same choices (the paper's generators: bf16)
 sampler = "torch"              # 'torch' (plain KV-cache decoding) | 'vllm'
-sampler_slots = 1280           # sequences decoded at once per sampler (continuous batching);
-                               # 5 batches in flight keep PipelineRL-8's mean lag above 2 steps on
-                               # the built-in task
-vllm_gpu_memory = 0.4          # vLLM's gpu_memory_utilization (a share of the GPU's *total* memory)
-                               # beside the trainer, in one process
+sampler_slots = 1280           # sequences decoded at once per sampler (continuous batching): 5
+                               # batches in flight keep PipelineRL-8's mean lag above 2 steps here
+vllm_gpu_memory = 0.4          # vLLM's gpu_memory_utilization beside the trainer (of the GPU's total)
 vllm_gpu_memory_own = 0.85     # ... on a sampler rank's own GPU
-n_samplers = 0                 # torchrun: the last n_samplers ranks only generate, the others train
-                               # (FSDP2); 0 = every rank samples and trains its share
-                               # (data parallel)
+n_samplers = 0                 # torchrun: the last n_samplers ranks generate, the others train
+                               # (FSDP2); 0 = every rank samples and trains its share (data parallel)
 rank_timeout = 1800.0          # seconds a rank waits on a peer that shows no sign of life
 weight_bucket_mb = 1024        # the weights travel to the samplers in buckets of this size
 checkpoint_activations = False # recompute each decoder layer in the backward
-                               # (activation checkpointing)
 micro_batch = 64               # at most this many completions per forward/backward (0 = no cap)
 micro_batch_tokens = 0         # at most this many padded tokens per forward/backward (0 = no cap)
-warn_truncation = 0.15         # warn once when a step's truncation rate passes this (paper: 10-15%
-                               # at batch 768 signalled instability); the other warnings:
-                               # log.warnings
+warn_truncation = 0.15         # warn when a step's truncation rate passes this (paper: 10-15% at
+                               # batch 768 signalled instability); the other warnings: log.warnings
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items()
                if k[0] != "_" and type(v) in (bool, int, float, str)]
@@ -358,22 +333,17 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
 # the task, the policy, the samplers, the scheduler: each made once per process
 
 def tiny_model():
-    """The built-in task's base model directory: data/builtin/prepare.py's cache,
-    built once by the script (~1 minute)."""
+    """The built-in task's base model directory: data/builtin/prepare.py's cache, built once."""
+    # the script's settings read in this process, whose imports it shares: started as a script
+    # only to build (its start alone took ~6 s of every run)
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data/builtin/prepare.py")
-    # found here when it is built: the script's own start (torch and transformers imported
-    # again) took ~6 s of every run; its imports are this process's already
     spec = importlib.util.spec_from_file_location("builtin_prepare", script)
-    settings = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(settings)
-    model_dir = settings.default_model_dir(data_seed)
-    if settings.finished(model_dir):
-        return model_dir
-    prepare = subprocess.run([sys.executable, script, f"--seed={data_seed}", "--measure=False"],
-                             stdout=subprocess.PIPE, text=True)
-    if prepare.returncode:
-        fail(f"data/builtin/prepare.py --seed={data_seed} failed (exit {prepare.returncode})")
-    return prepare.stdout.splitlines()[-1]
+    prepare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prepare)
+    try:
+        return prepare.cached_model(data_seed)
+    except data.DataError as e:
+        fail(str(e))
 
 
 def load_task(path, layout):

@@ -21,6 +21,7 @@ import math
 import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -135,8 +136,21 @@ def default_model_dir(seed=0, **overrides):
 
 
 def finished(model_dir):
-    """Whether model_dir holds a finished build: only a finished build has build.json (train.py asks too)."""
+    """Whether model_dir holds a finished build: only a finished build has build.json."""
     return os.path.isfile(os.path.join(model_dir, "build.json"))
+
+
+def cached_model(seed=0):
+    """The finished build's directory for `seed`: found in the cache, or built by running this script
+    (~1 minute: its own process, as a user runs it); a failed build -> DataError."""
+    model_dir = default_model_dir(seed)
+    if finished(model_dir):
+        return model_dir
+    built = subprocess.run([sys.executable, os.path.abspath(__file__), f"--seed={seed}", "--measure=False"],
+                           stdout=subprocess.PIPE, text=True)
+    if built.returncode:
+        raise DataError(f"data/builtin/prepare.py --seed={seed} failed (exit {built.returncode})")
+    return built.stdout.splitlines()[-1]
 
 
 def build_tiny_model(model_dir=None, seed=0, **overrides):
