@@ -1,8 +1,10 @@
 """The code reward: the verdict of a model-written program on its tests, run in sandbox.py.
 
-The program runs in the sandbox under HARNESS, the test in a judge worker (serve), our process: the
-expected values never enter the sandbox. The worker asks, the harness answers, a JSON line each,
-values as CODEC writes them (data, or a handle naming an object; handle 0: the program's namespace):
+The program runs in the sandbox under harness.py, the test in a judge worker (serve), our process:
+the expected values never enter the sandbox. The worker asks, the harness answers, a JSON line each,
+values as codec.py writes them (data, or a handle naming an object; handle 0: the program's
+namespace). Both files are read here as text, once, and run in the sandbox as `python -c`; the
+worker execs codec.py's text too.
 
     judge -> harness   ["get", handle, name]  ["call", handle, args, kwargs]  ["next", handle]
                        ["return", value] or ["raise", names]: the answer to a callback
@@ -35,242 +37,30 @@ from functools import lru_cache
 from . import sandbox
 from .sandbox import TIMEOUT, WORKERS, Pipes, Sandboxed, run
 
-REPLY_CAP = 1 << 20        # characters of one reply; more is a failed call (sandbox.OUTPUT_CAP)
-DEPTH = 100                # nesting of a value, both ways; deeper is a failed call
-COLLISIONS = 8             # keys of one set or dict that may share a hash; more is a failed call
-SHORT = 1 << 63            # larger ints travel in hex: int(str) is quadratic in the digits
 ARGUMENTS_ROOM = 64 << 20  # characters of what the test passes in one call (trusted)
 MARGIN = 2.0               # seconds a worker may run past the sandbox's deadline; then it is killed
 JUDGE_MEMORY = 1 << 30     # bytes of address space of a judge worker (RLIMIT_AS)
 
-# Values as data, on both sides: JSON's own values are themselves (ints below SHORT, floats with NaN
-# and Infinity), the rest an object of one key, {tag: payload}. What is not data is refer()'s (a
-# handle, a callback) and comes back through resolve(); BUILTINS too is each side's own.
-CODEC = f"REPLY_CAP, DEPTH, COLLISIONS, SHORT = {REPLY_CAP}, {DEPTH}, {COLLISIONS}, {SHORT}" + r'''
-import sys
-from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
-from collections.abc import Iterator
-MAPPINGS = {"dict": dict, "Counter": Counter, "OrderedDict": OrderedDict}
-VIEWS = {type({}.keys()): "keys", type({}.values()): "values", type({}.items()): "items"}
-# a builtin's subclass (an IntEnum, a list whose __eq__ lies) travels as an exact copy, made in C
-EXACT = [(int, int.__pos__), (float, float.__pos__), (complex, complex.__pos__),
-         (str, str.__str__), (bytes, lambda b: bytes.__getitem__(b, slice(None))),
-         (bytearray, bytearray.copy), (list, list.copy), (dict, dict.copy), (set, set.copy),
-         (tuple, lambda t: tuple.__getitem__(t, slice(None))), (frozenset, frozenset.copy)]
-NAMED = {}  # (name, fields) -> its namedtuple class
-
-
-def loaded(module, name):  # a class of a module once imported (the harness starts faster without)
-    return getattr(sys.modules.get(module), name, None)
-
-
-def encode(value, refer, room, depth=0):
-    """value -> JSON-able data; room: [characters left], a lower bound of the JSON's length."""
-    room[0] -= 1
-    if room[0] < 0 or depth > DEPTH:
-        raise BufferError("too big or too deeply nested to carry")
-    kind, more = type(value), lambda v: encode(v, refer, room, depth + 1)
-    if value is None or kind in (bool, float):
-        return value
-    if kind is str:
-        room[0] -= len(value)
-        return value
-    if kind is int:
-        return value if -SHORT < value < SHORT else {"int": hex(value)}
-    if kind is list:
-        return [more(v) for v in value]
-    if kind in (tuple, set, frozenset):
-        return {kind.__name__: [more(v) for v in value]}
-    if kind in VIEWS:  # the dict it views
-        return {VIEWS[kind]: more(dict(value.mapping))}
-    if kind in MAPPINGS.values():
-        return {kind.__name__: [[more(k), more(v)] for k, v in value.items()]}
-    if kind is defaultdict:
-        return {"defaultdict": [more(value.default_factory), more(dict(value))]}
-    if kind is deque:
-        return {"deque": [[more(v) for v in value], value.maxlen]}
-    if kind in (bytes, bytearray):
-        room[0] -= 2 * len(value)
-        return {kind.__name__: value.hex()}
-    if kind is complex:
-        return {"complex": [value.real, value.imag]}
-    if kind is loaded("fractions", "Fraction"):
-        return {"Fraction": [more(value.numerator), more(value.denominator)]}
-    if kind in (loaded("decimal", "Decimal"), range):
-        parts = [value.start, value.stop, value.step] if kind is range else str(value)
-        return {kind.__name__: more(parts)}
-    if isinstance(value, tuple) and isinstance(getattr(kind, "_fields", None), tuple):
-        items = list(tuple.__getitem__(value, slice(None)))  # a namedtuple: its fields, then items
-        return {"namedtuple": [more(kind.__name__), more(list(kind._fields)), more(items)]}
-    for base, copy in EXACT:
-        if isinstance(value, base):
-            return more(copy(value))
-    name = getattr(value, "__name__", None)
-    if isinstance(name, str) and BUILTINS.get(name) is value:
-        return {"builtin": name}
-    return refer(value)
-
-
-def decode(data, resolve, depth=0):
-    """encode's data -> the value, built afresh of builtin types (never by the sender's code)."""
-    if depth > DEPTH:
-        raise BufferError("too deeply nested")
-    more = lambda d: decode(d, resolve, depth + 1)
-    if type(data) is list:
-        return [more(d) for d in data]
-    if type(data) is not dict:
-        return data
-    (tag, payload), = data.items()
-    if tag == "int":
-        return int(payload, 16)
-    if tag == "tuple":
-        return tuple(map(more, payload))
-    if tag in ("set", "frozenset"):
-        return (set if tag == "set" else frozenset)(distinct([more(d) for d in payload]))
-    if tag in MAPPINGS:
-        keys, values = [more(k) for k, _ in payload], [more(v) for _, v in payload]
-        mapping = dict(zip(distinct(keys), values))
-        return mapping if tag == "dict" else MAPPINGS[tag](mapping)
-    if tag in ("keys", "values", "items"):
-        return getattr(dict, tag)(more(payload))
-    if tag == "defaultdict":
-        factory, mapping = map(more, payload)
-        return defaultdict(factory, mapping)
-    if tag == "deque":
-        items, maxlen = payload
-        return deque(map(more, items), maxlen)
-    if tag == "namedtuple":
-        name, fields, values = map(more, payload)
-        if (name, tuple(fields)) not in NAMED:
-            NAMED.clear() if len(NAMED) > 1000 else None
-            NAMED[name, tuple(fields)] = namedtuple(name, fields)
-        return NAMED[name, tuple(fields)](*values)
-    if tag in ("bytes", "bytearray"):
-        return (bytes if tag == "bytes" else bytearray).fromhex(payload)
-    if tag == "complex":
-        real, imag = payload
-        return complex(real, imag)
-    if tag in ("Fraction", "Decimal", "range"):
-        module = {"Fraction": "fractions", "Decimal": "decimal", "range": "builtins"}[tag]
-        kind = getattr(__import__(module), tag)
-        return kind(payload) if tag == "Decimal" else kind(*map(more, payload))
-    return resolve(tag, payload)
-
-
-def distinct(keys):
-    """keys, unless many share a hash: a set or dict of them would take quadratic time to build."""
-    if max(Counter(map(hash, keys)).values(), default=0) > COLLISIONS:
-        raise BufferError("keys whose hashes collide")
-    return keys
-
-
-def bases(error):  # the names of its class's builtin bases, nearest first
-    return [c.__name__ for c in type(error).__mro__ if BUILTINS.get(c.__name__) is c]
-'''
 # site's exit and quit, which -S leaves out: a program's exit() is an exit, never a NameError
 EXITS = "import builtins, sys\nbuiltins.exit = builtins.quit = sys.exit\n"
 
-# The program's side, in the sandbox: it reads requests and writes replies, nothing else
-HARNESS = CODEC + EXITS + r'''
-import json, os
-BUILTINS = dict(vars(builtins))  # as they are before the program runs
-dumps, loads = json.dumps, json.loads
-requests, replies = os.fdopen(os.dup(0), "rb"), os.dup(1)
-null = os.open(os.devnull, os.O_RDWR)
-os.dup2(null, 0), os.dup2(null, 1), os.dup2(null, 2)
-objects, handles = [{"__name__": "solution"}], {}  # 0: its namespace; then each object handed out
+
+def _source(name):
+    """A file of ours beside this one, as text: what runs in the sandbox, which has no files."""
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), name), "rb") as f:
+        return f.read().decode()
 
 
-def refer(value):  # a program's object that is not data: the handle the judge names it by
-    if id(value) not in handles:
-        handles[id(value)] = len(objects)
-        objects.append(value)
-    kind = "function" if callable(value) else "object"
-    return {"iterator" if isinstance(value, Iterator) else kind: handles[id(value)]}
-
-
-def resolve(tag, payload):  # a builtin, an object handed out, or a callable of the test's
-    if tag == "builtin":
-        return BUILTINS[payload]
-    if tag == "ref":
-        return objects[payload]
-    if tag == "callback":
-        return lambda *args, **kwargs: callback(payload, args, kwargs)
-    raise ValueError(tag)
-
-
-def send(message):
-    text = dumps(message)
-    if len(text) > REPLY_CAP:
-        text = dumps(["fail", f"a reply of {len(text)} characters, over {REPLY_CAP}"])
-    data = (text + "\n").encode()
-    while data:
-        data = data[os.write(replies, data):]
-
-
-def carried(arguments, room):  # a call's arguments, [(position or name, value)], as data
-    return [[key, encode(value, refer, [room])] for key, value in arguments]
-
-
-def callback(number, args, kwargs):  # the program calls a callable of the test's: the judge runs it
-    send(["callback", number, carried(enumerate(args), REPLY_CAP),
-          carried(kwargs.items(), REPLY_CAP)])
-    kind, payload = serve()
-    if kind == "return":
-        return decode(payload[0], resolve)
-    raise next((e for e in map(BUILTINS.get, payload[0])
-                if isinstance(e, type) and issubclass(e, BaseException)), RuntimeError)()
-
-
-def answer(kind, handle, *request):
-    try:
-        target, arguments, before = objects[handle], [], []
-        if kind == "get":
-            value = target[request[0]] if handle == 0 else getattr(target, request[0])
-        elif kind == "next":
-            try:
-                value = next(target)
-            except StopIteration:
-                return ["stop"]
-        else:
-            arguments = [(k, decode(v, resolve)) for k, v in (*request[0], *request[1])]
-            before = carried(arguments, 1 << 40)
-            value = target(*[v for k, v in arguments if type(k) is int],
-                           **{k: v for k, v in arguments if type(k) is str})
-    except BaseException as error:  # the program's: the judge raises its nearest builtin base
-        names = bases(error)
-        try:
-            args = encode(list(error.args), refer, [REPLY_CAP // 2])
-        except Exception:
-            args = []
-        return ["raised", names, args]
-    try:  # the arguments it changed in place go back too
-        changed = [new for new, old in zip(carried(arguments, 1 << 40), before) if new != old]
-        return ["value", encode(value, refer, [REPLY_CAP]), changed]
-    except BaseException as error:
-        return ["fail", f"its value cannot be carried ({type(error).__name__})"]
-
-
-def serve():  # answers the judge until it answers a callback of ours: -> (kind, payload)
-    for line in requests:
-        kind, *rest = loads(line)
-        if kind in ("return", "raise"):
-            return kind, rest
-        send(answer(kind, *rest))
-    os._exit(0)
-
-
-exec(compile(sys.argv[2], "prompt.py", "exec"), objects[0])  # the prompt's own code (HumanEval's)
-exec(compile(sys.argv[1], "solution.py", "exec"), objects[0])
-if isinstance(cls := objects[0].get("Solution"), type):  # LeetCode's: its methods, entry points
-    objects[0] = {k: getattr(o, k) for o in [cls()] for k in dir(o) if k[0] != "_"} | objects[0]
-serve()
-'''
+# codec.py, then harness.py, one namespace in one `python -c`: harness.py's import of codec.py's
+# names is a reader's and a linter's (an `if` that is false in the sandbox). Neither is imported.
+CODEC = _source("codec.py")
+HARNESS = CODEC + EXITS + _source("harness.py")
 PYTHON = ["-X", "int_max_str_digits=0", "-c"]  # HARNESS or STDIN: ints of any size, as before 3.11
 STDIN = EXITS + 'exec(compile(sys.argv[1], "solution.py", "exec"), {"__name__": "__main__"})'
-_codec = {"BUILTINS": vars(builtins)}
-exec(CODEC, _codec)  # the judge's side of the same grammar
+_codec = {}
+exec(CODEC, _codec)  # the judge's side of the same grammar, with its limits
 encode, decode, bases = _codec["encode"], _codec["decode"], _codec["bases"]
+REPLY_CAP = _codec["REPLY_CAP"]  # characters of one reply; more is a failed call
 
 # -----------------------------------------------------------------------------
 # the judge's side of the conversation, in a worker
@@ -316,7 +106,7 @@ def _short_int(digits):  # a longer one is the program's forgery: encode writes 
 
 
 class Talk:
-    """The judge's side of HARNESS, over the sandbox's pipes."""
+    """The judge's side of the conversation with harness.py, over the sandbox's pipes."""
 
     def __init__(self, pipes):
         self.pipes, self.failed = pipes, None

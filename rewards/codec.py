@@ -1,0 +1,134 @@
+"""Values as data, the grammar both sides of judge.py's conversation share: JSON's own values are
+themselves (ints below SHORT, floats with NaN and Infinity), the rest an object of one key,
+{tag: payload}. What is not data is refer()'s (a handle, a callback) and comes back through
+resolve(); BUILTINS too is each side's own.
+
+Never imported: judge.py reads this file as text, execs it for the judge's side and runs it in the
+sandbox ahead of harness.py (`python -c`: the sandbox has no files but the interpreter's). Its
+limits are defined here, once; judge.py reads REPLY_CAP back from the exec.
+"""
+import builtins
+import sys
+from collections import Counter, OrderedDict, defaultdict, deque, namedtuple
+
+REPLY_CAP = 1 << 20  # characters of one reply; more is a failed call (sandbox.OUTPUT_CAP)
+DEPTH = 100          # nesting of a value, both ways; deeper is a failed call
+COLLISIONS = 8       # keys of one set or dict that may share a hash; more is a failed call
+SHORT = 1 << 63      # larger ints travel in hex: int(str) is quadratic in the digits
+BUILTINS = vars(builtins)  # the judge's; the harness's is a copy taken before the program runs
+MAPPINGS = {"dict": dict, "Counter": Counter, "OrderedDict": OrderedDict}
+VIEWS = {type({}.keys()): "keys", type({}.values()): "values", type({}.items()): "items"}
+# a builtin's subclass (an IntEnum, a list whose __eq__ lies) travels as an exact copy, made in C
+EXACT = [(int, int.__pos__), (float, float.__pos__), (complex, complex.__pos__),
+         (str, str.__str__), (bytes, lambda b: bytes.__getitem__(b, slice(None))),
+         (bytearray, bytearray.copy), (list, list.copy), (dict, dict.copy), (set, set.copy),
+         (tuple, lambda t: tuple.__getitem__(t, slice(None))), (frozenset, frozenset.copy)]
+NAMED = {}  # (name, fields) -> its namedtuple class
+
+
+def loaded(module, name):  # a class of a module once imported (the harness starts faster without)
+    return getattr(sys.modules.get(module), name, None)
+
+
+def encode(value, refer, room, depth=0):
+    """value -> JSON-able data; room: [characters left], a lower bound of the JSON's length."""
+    room[0] -= 1
+    if room[0] < 0 or depth > DEPTH:
+        raise BufferError("too big or too deeply nested to carry")
+    kind, more = type(value), lambda v: encode(v, refer, room, depth + 1)
+    if value is None or kind in (bool, float):
+        return value
+    if kind is str:
+        room[0] -= len(value)
+        return value
+    if kind is int:
+        return value if -SHORT < value < SHORT else {"int": hex(value)}
+    if kind is list:
+        return [more(v) for v in value]
+    if kind in (tuple, set, frozenset):
+        return {kind.__name__: [more(v) for v in value]}
+    if kind in VIEWS:  # the dict it views
+        return {VIEWS[kind]: more(dict(value.mapping))}
+    if kind in MAPPINGS.values():
+        return {kind.__name__: [[more(k), more(v)] for k, v in value.items()]}
+    if kind is defaultdict:
+        return {"defaultdict": [more(value.default_factory), more(dict(value))]}
+    if kind is deque:
+        return {"deque": [[more(v) for v in value], value.maxlen]}
+    if kind in (bytes, bytearray):
+        room[0] -= 2 * len(value)
+        return {kind.__name__: value.hex()}
+    if kind is complex:
+        return {"complex": [value.real, value.imag]}
+    if kind is loaded("fractions", "Fraction"):
+        return {"Fraction": [more(value.numerator), more(value.denominator)]}
+    if kind in (loaded("decimal", "Decimal"), range):
+        parts = [value.start, value.stop, value.step] if kind is range else str(value)
+        return {kind.__name__: more(parts)}
+    if isinstance(value, tuple) and isinstance(getattr(kind, "_fields", None), tuple):
+        items = list(tuple.__getitem__(value, slice(None)))  # a namedtuple: its fields, then items
+        return {"namedtuple": [more(kind.__name__), more(list(kind._fields)), more(items)]}
+    for base, copy in EXACT:
+        if isinstance(value, base):
+            return more(copy(value))
+    name = getattr(value, "__name__", None)
+    if isinstance(name, str) and BUILTINS.get(name) is value:
+        return {"builtin": name}
+    return refer(value)
+
+
+def decode(data, resolve, depth=0):
+    """encode's data -> the value, built afresh of builtin types (never by the sender's code)."""
+    if depth > DEPTH:
+        raise BufferError("too deeply nested")
+    more = lambda d: decode(d, resolve, depth + 1)
+    if type(data) is list:
+        return [more(d) for d in data]
+    if type(data) is not dict:
+        return data
+    (tag, payload), = data.items()
+    if tag == "int":
+        return int(payload, 16)
+    if tag == "tuple":
+        return tuple(map(more, payload))
+    if tag in ("set", "frozenset"):
+        return (set if tag == "set" else frozenset)(distinct([more(d) for d in payload]))
+    if tag in MAPPINGS:
+        keys, values = [more(k) for k, _ in payload], [more(v) for _, v in payload]
+        mapping = dict(zip(distinct(keys), values))
+        return mapping if tag == "dict" else MAPPINGS[tag](mapping)
+    if tag in ("keys", "values", "items"):
+        return getattr(dict, tag)(more(payload))
+    if tag == "defaultdict":
+        factory, mapping = map(more, payload)
+        return defaultdict(factory, mapping)
+    if tag == "deque":
+        items, maxlen = payload
+        return deque(map(more, items), maxlen)
+    if tag == "namedtuple":
+        name, fields, values = map(more, payload)
+        if (name, tuple(fields)) not in NAMED:
+            NAMED.clear() if len(NAMED) > 1000 else None
+            NAMED[name, tuple(fields)] = namedtuple(name, fields)
+        return NAMED[name, tuple(fields)](*values)
+    if tag in ("bytes", "bytearray"):
+        return (bytes if tag == "bytes" else bytearray).fromhex(payload)
+    if tag == "complex":
+        real, imag = payload
+        return complex(real, imag)
+    if tag in ("Fraction", "Decimal", "range"):
+        module = {"Fraction": "fractions", "Decimal": "decimal", "range": "builtins"}[tag]
+        kind = getattr(__import__(module), tag)
+        return kind(payload) if tag == "Decimal" else kind(*map(more, payload))
+    return resolve(tag, payload)
+
+
+def distinct(keys):
+    """keys, unless many share a hash: a set or dict of them would take quadratic time to build."""
+    if max(Counter(map(hash, keys)).values(), default=0) > COLLISIONS:
+        raise BufferError("keys whose hashes collide")
+    return keys
+
+
+def bases(error):  # the names of its class's builtin bases, nearest first
+    return [c.__name__ for c in type(error).__mro__ if BUILTINS.get(c.__name__) is c]
