@@ -5,8 +5,8 @@ control by interruption (Khatri et al. 2025, arXiv 2510.13786). Every leave-one-
 config value.
 
 CPU, the built-in task and its tiny model (~8 minutes); one GPU, your model (<= ~2B) and a JSONL
-of math problems; 8 GPUs, 6 vLLM sampler ranks and 2 FSDP2 trainers (README: "Many processes, many
-GPUs", for more nodes and CPU processes); an ablation, a resume, its scaling curve's fit:
+of math problems; 8 GPUs, 6 vLLM sampler ranks and 2 FSDP2 trainers (docs/many_gpus.md, for more
+nodes and CPU processes); an ablation, a resume, its scaling curve's fit:
     python train.py
     python train.py config/scalerl_1gpu.py --model_path=/models/Qwen3-1.7B --data_path=D.jsonl
     torchrun --standalone --nproc_per_node=8 train.py config/scalerl_8b.py --model_path=M \\
@@ -267,7 +267,7 @@ def train_step(policy, groups, step, pad_id):
             logprobs, mb(behaviour), row_adv[rows].to(on), on_mask, mb(weights) * present,
             **current_config())
         # each rank's loss is its part of one global sum; the trainers' gradients are averaged
-        # (FSDP2's reduce-scatter every micro-batch: README, "What fits"; sync_grads under data
+        # (FSDP2's reduce-scatter every micro-batch: docs/many_gpus.md, "What fits"; sync_grads under data
         # parallelism)
         (mb_loss * policy.ranks).backward()
         add_grads(policy.model, policy.logprobs.model)  # bf16 copy -> fp32 (no-op otherwise)

@@ -1,5 +1,5 @@
 # Math and code in one run, on CPU: the paper's multi-task study (sec. 5) in miniature. The built-in
-# task beside data/example_code.jsonl, whose programs run in sandbox.py. The tiny model cannot write
+# task beside data/example_code.jsonl, whose programs run in rewards/sandbox.py. The tiny model cannot write
 # Python, so val_reward_example_code stays at 0 (every code reward is -1, and the zero-variance filter
 # drops those groups) while val_reward_builtin climbs as in the default run: this shows the plumbing
 # (two domains, weights, per-domain validation, the sandbox beside the loop), not learning to code.

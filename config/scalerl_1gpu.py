@@ -1,6 +1,6 @@
 # ScaleRL on one GPU: your own model of up to ~2B parameters (a Qwen3-1.7B- or 0.6B-class directory) and a
-# local JSONL, vLLM beside the trainer in one process. Memory plan (memory.py) for Qwen3-1.7B on a 141 GiB
-# H200: trainer 36 GiB (fp32 parameters, gradients and AdamW: 16 bytes a parameter, a bf16 copy, 3 GiB of
+# local JSONL, vLLM beside the trainer in one process. Memory plan (infra/memory.py) for Qwen3-1.7B on a 141 GiB
+# H200: trainer 36.6 GiB (fp32 parameters, gradients and AdamW: 16 bytes a parameter, a bf16 copy, 3 GiB of
 # activations), vLLM 0.4 of the GPU (56 GiB: ~480k tokens of KV cache). 8B needs more GPUs (scalerl_8b.py).
 #   python train.py config/scalerl_1gpu.py --model_path=/models/Qwen3-1.7B --data_path=/data/polaris.jsonl
 out_dir = "out-scalerl-1gpu"

@@ -1,7 +1,7 @@
 # The paper's ScaleRL run (Khatri et al. 2025, sec. 4 and appendix): an 8B dense model, 48 prompts x 16
 # generations, 12,288 thinking + 2,048 answer tokens, CISPO, prompt-average, batch-normalised advantages.
 # GPUs: at least 8 of ~80-141 GiB, e.g. 2 FSDP2 trainers + 6 vLLM samplers (memory plan for Qwen3-8B on
-# H200s: 77 GiB per trainer, 121 GiB per sampler; README "Many GPUs"). It does not fit on one GPU.
+# H200s: 76.3 GiB per trainer, 121 GiB per sampler: python -m infra.memory; docs/many_gpus.md). It does not fit on one GPU.
 #   torchrun --standalone --nproc_per_node=8 train.py config/scalerl_8b.py --model_path=... --data_path=... --n_samplers=6
 # Paper hardware: 80 GPUs, 64 generating and 16 training.
 out_dir = "out-scalerl-8b"

@@ -1,4 +1,4 @@
-# A real pretrained model learns real math word problems on a CPU (README, "A real model on a CPU"):
+# A real pretrained model learns real math word problems on a CPU (docs/real_models_cpu.md):
 #   python data/smollm2/prepare.py && python train.py config/smollm2_cpu.py
 # SmolLM2-135M-Instruct (Q4_1, dequantised) does not think: no <think> is opened, so no interruption, and a
 # completion is only capped at think_budget_max + answer_budget tokens (sample.py).

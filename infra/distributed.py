@@ -1,5 +1,5 @@
 """The roles of `torchrun --nproc_per_node=N train.py --n_samplers=S`, T = N - S of them trainers
-(README, "Many processes, many GPUs"):
+(docs/many_gpus.md):
 
     master         0           trains; owns curriculum, log, validation, checkpoints; feeds samplers
     follower       1 .. T-1    trains its share of the batches the master sends

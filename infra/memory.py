@@ -1,4 +1,4 @@
-"""The memory plan per role from a model's config.json (README: "What fits"), and the heap handed
+"""The memory plan per role from a model's config.json (docs/many_gpus.md: "What fits"), and the heap handed
 back to the OS after each step (release). Without the model:
 
     python -m infra.memory --hidden_size=4096 --num_hidden_layers=36 --intermediate_size=12288 \\

@@ -2,7 +2,7 @@
 Rewards: +1 for a solved problem, -1 for anything else (ScaleRL): the built-in task's digit, a math
 problem's final answer, a program's tests (judge.py). A policy optimises whatever a reward pays for (RL
 found `12 / 2 =` paid for gold 6 within half an hour here), so the math reward is written against an
-adversary (ours, after verl's string match and PRM800K's grader; README's "Your own model and data"):
+adversary (ours, after verl's string match and PRM800K's grader; docs/rewards.md):
 one final answer, a hedge is -1; numeric gold wants a literal compared exactly; symbolic gold gets
 math-verify, decimals taken exactly, costly answers refused before parsing and the rest under a
 wall-clock limit that holds in any thread.
@@ -77,7 +77,7 @@ def extract_program(prompt, completion_text):
     return (defines or blocks or [None])[-1]
 
 # -----------------------------------------------------------------------------
-# the final answer of a math completion: a small grammar (README states it)
+# the final answer of a math completion: a small grammar (docs/rewards.md states it)
 #
 #   answer     := the last \boxed{} (every box agreeing) | the clause after the last answer marker
 #                 | the last sentence holding a digit
@@ -325,7 +325,7 @@ class Verifier:
                               bufsize=0)
             if self.line(120) != b"ready":
                 self.stop()
-                raise RuntimeError("rewards.py: math-verify's worker did not start (pip install math-verify)")
+                raise RuntimeError("rewards: math-verify's worker did not start (pip install math-verify)")
         try:
             self.proc.stdin.write(json.dumps([gold, expression]).encode() + b"\n")
             verdict = self.line(timeout)
@@ -403,7 +403,7 @@ CODE_FIELDS = ("tests", "test", "test_list")  # a row with one of them is code (
 
 
 def code_tests(row, prompt=None):
-    """A code row's tests as judge.passes() keywords (formats: README), or a ValueError naming the
+    """A code row's tests as judge.passes() keywords (formats: docs/rewards.md), or a ValueError naming the
     field. A prompt that is Python (HumanEval's stub and helpers), or a 'prelude' field, is the
     prelude: run before the program, its helpers the test's own (judge.prelude_of)."""
     def require(ok, message):

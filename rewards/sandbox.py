@@ -1,4 +1,4 @@
-"""Runs model-written Python isolated, for the code reward (verdicts: judge.py; README, "Code rewards").
+"""Runs model-written Python isolated, for the code reward (verdicts: judge.py; docs/rewards.md, "Code rewards").
 The program is an adversary: fork bombs, huge outputs, reading the answers, forging the verdict, persisting.
 
     python benchmarks/sandbox.py    # the isolation in effect here, and programs per second through the pool
@@ -414,6 +414,6 @@ def require(unsafe=False):
         why = f"the sandbox lacks {report['missing']}, so programs would run as {report['user']}"
         if not unsafe:
             raise ValueError(f"code rewards: {why}; full isolation needs root and namespaces, or set "
-                             "sandbox_unsafe=True to run them anyway (README, code rewards)")
+                             "sandbox_unsafe=True to run them anyway (docs/rewards.md, Code rewards)")
         print(f"WARNING: sandbox_unsafe=True: {why}", file=sys.stderr)
     return report
