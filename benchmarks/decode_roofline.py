@@ -16,7 +16,7 @@ weights; 2 x rows x H x V for the head; 4 x heads x head_dim x the context of ea
 the attention. A part's share of the peak is its FLOPs over its seconds.
 
 --variants runs ways of decoding the same step side by side, interleaved, on the same samplers:
-  before   the decode before issue 41 step 2: the logits divided by the temperature into a new
+  before   the decode with a copying head and draw: the logits divided by the temperature into a new
            tensor, torch.log_softmax, then its exp drawn from, a slice per block of 1,024 entries
   after    the decode as it is (sample.draw_tokens: max, exp and the draw in the logits' own buffer)
 The body, the head's matmul and the attention are the same code in both: their differences are this

@@ -1,5 +1,5 @@
 """
-The one-GPU check of issue 11 (item 5): the trainer and the torch sampler on a model of a real architecture
+The one-GPU check: the trainer and the torch sampler on a model of a real architecture
 and size, through the project's own code, in ~5 (at most ~8) minutes on one H200, with only what that machine
 has (torch, transformers, numpy, scipy, tqdm: train.py's imports; no vLLM):
 

@@ -10,9 +10,9 @@ steps, so they hold on any machine:
     python benchmarks/pipeline.py                          # the config's 192 slots, P 8 x 8, lag 2 to 6
     python benchmarks/pipeline.py --slots=256 --lags=2,3 --cut=0.66 --room_by=queue
 
-  room    slots: hand-outs fill the slots, counted in groups (train.py before issue 41: a row whose group
-          is not finished holds its slot after it ends); queue: scheduler.room, the slots and a batch
-          queued (train.py's now)
+  room    slots: hand-outs fill the slots, counted in groups (a row whose group is not finished holds its
+          slot after it ends); queue: scheduler.room, the slots and a batch queued (what train.py
+          uses)
   busy    rows decoding / slots, averaged over engine steps
   starved engine steps with under half the slots decoding (a GPU sampler idles in them; a CPU one decodes
           at a smaller M, which costs it per token)

@@ -1,5 +1,5 @@
 """
-Benchmark (not a test): a long run's memory and step time, sampled as it goes (issue 44). Runs train.py with
+Benchmark (not a test): a long run's memory and step time, sampled as it goes. Runs train.py with
 the arguments given (or, with --attach=PID, watches a run started otherwise), samples the resident memory of
 its whole process tree (the trainer, the sandbox's and math-verify's workers, sampler ranks; not a fork of the
 trainer before its exec) every --every seconds and reads each step's time from the run's log.jsonl; at the end
