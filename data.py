@@ -1,5 +1,5 @@
-"""RL tasks: the built-in task, JSONL rows of every reward kind (rewards.KINDS: math, code; docs/own_model_and_data.md),
-their held-out splits, No-Positive-Resampling.
+"""RL tasks: the built-in task, JSONL rows of every reward kind (rewards.KINDS: math, code;
+docs/own_model_and_data.md), their held-out splits, No-Positive-Resampling.
 
     python data.py --data=FILE.jsonl    # check a JSONL dataset: its size, or its first error
 """

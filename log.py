@@ -121,11 +121,11 @@ def log_step(log, row, t_start):
 
 
 def warnings(warned, row):
-    """The paper's warnings, each once a sitting, on the console and in the row ('warning'), with
+    """The paper's warnings, each once per start of train.py, on the console and in the row ('warning'), with
     what to do."""
     cut, lag0, c_mid = (row.get("truncation_rate", 0.0), row.get("logprob_mismatch_lag0"),
                         row.get("fit_C_mid"))
-    if warned.get("mismatch_lag0") is None:  # the sitting's first figure
+    if warned.get("mismatch_lag0") is None:  # this start's first figure
         warned["mismatch_lag0"] = lag0
     first = warned["mismatch_lag0"]
     found = {

@@ -1,7 +1,7 @@
 # A real model that reasons and writes code learns GSM8K and HumanEval on 2 CPU cores, graded honestly
 # (docs/real_model.md): Qwen2.5-Coder-0.5B-Instruct, math and code in one run, the whole recipe.
 #   python data/qwen_coder/prepare.py && python train.py config/qwen_coder_cpu.py
-#   python train.py config/qwen_coder_cpu.py --init_from=resume      # hours: it resumes across sittings
+#   python train.py config/qwen_coder_cpu.py --init_from=resume      # hours: resume it as often as needed
 # The model does not think (no <think>): a completion is only capped at think_budget_max + answer_budget.
 model_path = ".cache/qwen_coder/model"
 data_path = ".cache/qwen_coder/gsm8k_train.jsonl:3,.cache/qwen_coder/humaneval.jsonl:1"  # 3 math : 1 code

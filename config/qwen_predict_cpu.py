@@ -1,8 +1,8 @@
-# The paper's central claim on a real model (issue 42, docs/real_model.md "Fit early, predict late"): a run
+# The paper's central claim on a real model (docs/real_model.md "Fit early, predict late"): a run
 # fitted on its first half predicts its second. Qwen2.5-Coder-0.5B-Instruct, GSM8K and HumanEval in one run,
-# the whole recipe (PipelineRL-4, CISPO, the fp32 head), run to its plateau across sittings:
+# the whole recipe (PipelineRL-4, CISPO, the fp32 head), run to its plateau across resumes:
 #   python data/qwen_coder/prepare.py && python train.py config/qwen_predict_cpu.py
-#   python train.py config/qwen_predict_cpu.py --init_from=resume      # each later sitting
+#   python train.py config/qwen_predict_cpu.py --init_from=resume      # each later segment
 #   python fit_curve.py out-qwen-predict/log.jsonl --x=flops --fit_until=<half the planned flops>
 # The compute axis is the log's `flops` (trained and generated tokens' FLOPs): a shared CPU's wall hours move
 # with its load and with a faster sampler. Validation every 3 of the planned 60 steps (5% of the compute),
@@ -35,6 +35,6 @@ n_train = 0
 n_val = 64                      # per domain: 128 held-out problems (64 GSM8K, 64 HumanEval)
 eval_samples = 4
 eval_interval = 3               # 21 points from R0 to step 60
-ckpt_interval = 3               # a checkpoint before each validation (a sitting that stops in one loses none)
+ckpt_interval = 3               # a checkpoint before each validation (a run stopped in one loses none)
 max_steps = 60
 max_minutes = 0.0

@@ -1,4 +1,5 @@
-"""Runs model-written Python isolated, for the code reward (verdicts: judge.py; docs/rewards.md, "Code rewards").
+"""Runs model-written Python isolated, for the code reward (verdicts: judge.py; docs/rewards.md,
+"Code rewards").
 The program is an adversary: fork bombs, huge outputs, reading the answers, forging the verdict, persisting.
 
     python benchmarks/sandbox.py    # the isolation in effect here, and programs per second through the pool
