@@ -1,5 +1,5 @@
-"""The programs test_all.py's sandbox and judge tests run (string constants; no tests here: pytest collects
-test_all.py only). The attacks print "pwned" (PWNED, their test, expects it) only if they worked; their {fields}
+"""The programs tests/test_sandbox.py's and tests/test_judge.py's tests run (string constants; no tests here).
+The attacks print "pwned" (PWNED, their test, expects it) only if they worked; their {fields}
 are filled in by str.format (NUMBERS: the syscalls without a glibc wrapper; a marker, a key, the trainer's pid)."""
 
 

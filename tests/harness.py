@@ -1,8 +1,14 @@
-"""The harnesses torchrun runs test_all.py as (test_all.torchrun_harness: `python -m torch.distributed.run
---nproc_per_node=N test_all.py fixed_batch ...`), one layout of train.py per run, on CPU and gloo, and the one
-process test_vllm_reloads_tied_embeddings_in_flight_with_the_fp32_head runs (`python test_all.py vllm_tied DIR`).
-test_all.py's `__main__` block calls main() with itself: `tests`, whose helpers some harnesses use (fixed_batch,
-recorded_step, the tiny Qwen). No tests here: pytest collects test_all.py only."""
+"""The processes the tests start, this file run as a script from the repository's root:
+
+    python -m torch.distributed.run --nproc_per_node=N tests/harness.py fixed_batch ...  # a layout
+    python tests/harness.py fault ACTION MOMENT AFTER ...    # train.py with one fault
+    python tests/harness.py vllm_tied DIR                    # a vLLM engine in a process of its own
+
+The layouts of train.py run on CPU and gloo (tests/test_distributed.py's torchrun_harness); the faults are
+the fault table's (tests/test_checkpoint.py, through tests/helpers.py's train_script); vllm_tied is
+test_vllm_reloads_tied_embeddings_in_flight_with_the_fp32_head's body. Some harnesses use the tests'
+helpers: tests/helpers.py's (fixed_batch, recorded_step, the tiny Qwen) and, for vllm_tied, test_all.py's
+in-flight check. No tests here."""
 
 import errno
 import gc
@@ -10,20 +16,21 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
-from functools import partial
 
 import torch
 
-import data
-from infra import distributed
-import head
-from infra import policy as P
-import train
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if __name__ == "__main__":  # run as a script, sys.path[0] is tests/: the repository's root instead
+    sys.path[0] = REPO
+
+import data  # noqa: E402  (these below the path's fix)
+from infra import distributed  # noqa: E402
+import head  # noqa: E402
+from infra import policy as P  # noqa: E402
+from tests import helpers  # noqa: E402  (as in every test file: one thread for torch)
+import train  # noqa: E402
 
 
 def peak_rss_reset():
@@ -46,13 +53,14 @@ def end_harness(layout):
     distributed.finish(layout)
 
 
-def harness_fixed_batch(tests, out, model_dir, *config):
-    """One train_step of tests.fixed_batch() in train.py's layout for `config` -> the master saves the loss, the
-    grad norm and the full gradients to `out`."""
+def harness_fixed_batch(out, model_dir, *config):
+    """One train_step of helpers.fixed_batch() in train.py's layout for `config` -> the master saves the loss,
+    the grad norm and the full gradients to `out`."""
     train.configure(list(config) + ["--grad_clip=1e9"])
     layout = distributed.setup(train.n_samplers, 60.0, "cpu", "torch")
     if layout.role != "sampler":  # a sampler rank takes no part in the gradient
-        stats, grads = tests.recorded_step(model_dir, tests.fixed_batch(len(data.load_tokenizer(model_dir))), layout)
+        groups = helpers.fixed_batch(len(data.load_tokenizer(model_dir)))
+        stats, grads = helpers.recorded_step(model_dir, groups, layout)
         if layout.rank == 0:
             torch.save(dict(loss=stats["loss"], grad_norm=stats["grad_norm"], grads=grads), out)
     end_harness(layout)
@@ -134,17 +142,19 @@ def harness_slow_validation(hold_s, *args):
     runpy.run_path(sys.argv[0], run_name="__main__")
 
 
-def harness_vllm_tied(tests, path):
+def harness_vllm_tied(path):
     """test_vllm_reloads_tied_embeddings_in_flight_with_the_fp32_head's body, in a process of its own."""
     import pathlib
     from sample import VLLMSampler
-    tied = tests.make_tiny_qwen(pathlib.Path(path), tie=True)
-    old = tests.load_tiny_qwen(tied)
-    new = tests.perturbed_copy(old)
+    import test_all  # its sample.py section: perturbed_copy, check_update_mid_sequence
+    tied = helpers.make_tiny_qwen(pathlib.Path(path), tie=True)
+    old = helpers.load_tiny_qwen(tied)
+    new = test_all.perturbed_copy(old)
     assert old.lm_head.weight is old.model.embed_tokens.weight and "lm_head.weight" not in dict(new.named_parameters())
     sampler = VLLMSampler(tied["path"], engine_kwargs=dict(dtype="float32", max_model_len=256, kv_cache_memory_bytes=1 << 29),
-                          **tests.sampler_knobs(tied, eos_ids=[], think_budget=None, max_new_tokens=12))
-    tests.check_update_mid_sequence(sampler, old, new, tied["prompts"][:2], steps_before=5, total=12, tol=1e-4)
+                          **helpers.sampler_knobs(tied, eos_ids=[], think_budget=None, max_new_tokens=12))
+    test_all.check_update_mid_sequence(sampler, old, new, tied["prompts"][:2], steps_before=5, total=12,
+                                       tol=1e-4)
     print("tied reload ok")
 
 
@@ -155,7 +165,8 @@ def harness_fault(action, moment, after, *args):
     every rank), or ENOSPC raised by the write; every rank's exit code is written to exitRANK beside out_dir.
     MOMENT: sampling (a sampler's engine step), training (a micro-batch's loss), validation (its first prompt
     handed out), checkpoint (the write of optimizer.pt: the weights written, state.pt not yet), swap
-    (ckpt.tmp renamed into place, ckpt already moved to ckpt.old). test_all.py's fault table uses it."""
+    (ckpt.tmp renamed into place, ckpt already moved to ckpt.old). tests/test_checkpoint.py's fault table uses
+    it."""
     import runpy
     from infra import distributed
     import loss
@@ -210,9 +221,13 @@ def harness_fault(action, moment, after, *args):
         raise
 
 
-def main(tests, name, *args):
-    """Run the harness `name` with torchrun's command-line arguments; `tests`: the test_all module."""
-    harnesses = dict(fixed_batch=partial(harness_fixed_batch, tests), buckets=harness_buckets,
+def main(name, *args):
+    """Run the harness `name` with the command line's other arguments."""
+    harnesses = dict(fixed_batch=harness_fixed_batch, buckets=harness_buckets,
                      slow_validation=harness_slow_validation, slow_build=harness_slow_build,
-                     vllm_tied=partial(harness_vllm_tied, tests), fault=harness_fault)
+                     vllm_tied=harness_vllm_tied, fault=harness_fault)
     harnesses[name](*args)
+
+
+if __name__ == "__main__":  # torchrun, and the tests' subprocesses: tests/harness.py NAME ARGS...
+    main(*sys.argv[1:])

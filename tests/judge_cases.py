@@ -1,11 +1,12 @@
 """Judges that generalise (issue 40), tried again by a new user: fresh (gold, completion) cases of every class
 the issue names and of kinds it did not, written blind from README's rules, scored through data.split_task's
-prompts and rewards.score in the main thread and in a worker thread (test_all.py's tests of them). Cheats score -1, honest answers +1; a
-code row that a cheat could pass, or no program can, is refused at load. First try: math 234 of 253 held, code
-78 of 86; the misses' classes now hold by rules (rewards.py's grammar comment, extract_program, code_tests;
-judge.py's HARNESS and STDIN). Decided -1 as debatable: an answer followed by a parenthesis of numbers, a
-closed box where the cap cut. Left out, not held: '2bn' (a glued scale suffix is read as a unit),
-'\\boxed{- 6}' (a sign spaced from its digits is an operation), ~~~ fences (not read as a block)."""
+prompts and rewards.score in the main thread and in a worker thread (tests/test_rewards.py's tests of them).
+Cheats score -1, honest answers +1; a code row that a cheat could pass, or no program can, is refused at load.
+First try: math 234 of 253 held, code 78 of 86; the misses' classes now hold by rules (rewards.py's grammar
+comment, extract_program, code_tests; judge.py's HARNESS and STDIN). Decided -1 as debatable: an answer
+followed by a parenthesis of numbers, a closed box where the cap cut. Left out, not held: '2bn' (a glued scale
+suffix is read as a unit), '\\boxed{- 6}' (a sign spaced from its digits is an operation), ~~~ fences (not
+read as a block)."""
 import json
 from concurrent.futures import ThreadPoolExecutor
 

@@ -1,6 +1,6 @@
 """Math answers a tester wrote blind (from the rules in README, without reading rewards.py), as a new user
 would try them: (gold, the scored text of a completion, the reward), one comment naming each case's class.
-test_all.py scores them in the main thread and in a worker thread. On the first try 166 of 169 held; the
+tests/test_rewards.py scores them in the main thread and in a worker thread. On the first try 166 of 169 held; the
 three misses were one class (a hedge inside the box's own sentence: '\boxed{45} (or 46 if ...)'), which
 rewards.alone now states as a rule."""
 
