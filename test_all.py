@@ -40,6 +40,7 @@ from tests.helpers import smollm2, tiny_model_dir, tiny_qwen, tok, train_config 
 import data
 import fit_curve
 import head
+import log
 import loss as L
 from infra import policy as P
 import rewards
@@ -492,14 +493,14 @@ def test_truncated_completions_are_masked_out_of_the_loss_unless_train_truncated
     assert mask.tolist() == [[0, 1, 1, 0], [0, 1, 1, 1]]
 
 
-def test_micro_batches_pack_rows_by_count_or_padded_tokens_with_the_same_number_on_every_trainer(train_config):
+def test_micro_batches_pack_rows_by_count_or_padded_tokens_with_the_same_number_on_every_trainer():
     lengths = torch.tensor([10, 50, 20, 40, 30, 60, 5])
-    train_config.configure(["--micro_batch=2", "--micro_batch_tokens=0"])
-    assert [b.tolist() for b in train.micro_batches(lengths, 0, 1)] == [[5, 1], [3, 4], [2, 0], [6]]
-    train_config.configure(["--micro_batch=0", "--micro_batch_tokens=100"])
-    # longest first: 60 alone (2 x 60 > 100), 50 + 40 (2 x 50), 30 + 20 + 10 (3 x 30), then 5
-    assert [b.tolist() for b in train.micro_batches(lengths, 0, 1)] == [[5], [1, 3], [4, 2, 0], [6]]
-    shares = [train.micro_batches(lengths, r, 2) for r in range(2)]  # rows dealt 60 40 20 5 | 50 30 10
+    # at most 2 rows a micro-batch (train.py's micro_batch), no token cap (micro_batch_tokens)
+    assert [b.tolist() for b in P.micro_batches(lengths, 0, 1, 2, 0)] == [[5, 1], [3, 4], [2, 0], [6]]
+    # at most 100 padded tokens, longest first: 60 alone (2 x 60 > 100), 50 + 40 (2 x 50), 30 + 20 + 10 (3 x 30),
+    # then 5
+    assert [b.tolist() for b in P.micro_batches(lengths, 0, 1, 0, 100)] == [[5], [1, 3], [4, 2, 0], [6]]
+    shares = [P.micro_batches(lengths, r, 2, 0, 100) for r in range(2)]  # rows dealt 60 40 20 5 | 50 30 10
     assert [[b.tolist() for b in s] for s in shares] == [[[5], [3, 2], [6]], [[1, 4], [0], []]]
 
 
@@ -563,7 +564,7 @@ def test_pass_at_k_is_the_chance_that_k_of_the_n_samples_drawn_without_replaceme
         outcomes = [True] * c + [False] * (n - c)
         for k in range(1, n + 1):  # enumerate every k-subset of the n samples
             subsets = list(itertools.combinations(outcomes, k))
-            assert train.pass_at_k(n, c, k) == pytest.approx(sum(map(any, subsets)) / len(subsets), abs=1e-12)
+            assert log.pass_at_k(n, c, k) == pytest.approx(sum(map(any, subsets)) / len(subsets), abs=1e-12)
 
 
 def test_evaluate_counts_the_training_tokens_decoded_during_validation(train_config, monkeypatch):
@@ -1546,7 +1547,7 @@ def test_ended_rows_wait_in_the_cache_until_an_eighth_of_the_slots_ended_and_dec
 
 @pytest.mark.parametrize("block", [3, 7, 16])  # a ragged tail block of one entry; blocks that divide V; one block
 def test_sample_tokens_draws_each_token_with_its_probability_and_never_an_impossible_one(block):
-    from sample import sample_tokens
+    from infra.speed import sample_tokens
     probs = torch.tensor([0.10, 0.0, 0.25, 0.05, 0.30, 0.0, 0.30])
     generator = torch.Generator().manual_seed(0)
     draws = torch.cat([sample_tokens(probs.log().expand(4000, 7), generator, block) for _ in range(10)])  # (40000, 1)
@@ -1563,7 +1564,7 @@ def test_decode_attention_groups_the_query_heads_of_a_kv_head_and_sums_as_sdpa_d
     positions would; sdpa repeats the cache per query head. Same sums; prefills go to sdpa itself."""
     from types import SimpleNamespace
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from sample import decode_attention
+    from infra.speed import decode_attention
     torch.manual_seed(0)
     module = SimpleNamespace(num_key_value_groups=3, is_causal=True)
     key, value = torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)  # (B, kv_heads, T, D)
@@ -1581,11 +1582,11 @@ def test_decode_attention_groups_the_query_heads_of_a_kv_head_and_sums_as_sdpa_d
 
 
 # -----------------------------------------------------------------------------
-# sample.py: the decode step's draw and head (issue 41)
+# sample.py: the decode step's draw and head (infra/speed.py's, against their plain torch equivalents)
 
 
 def test_draw_tokens_returns_each_drawn_tokens_log_softmax():
-    from sample import draw_tokens
+    from infra.speed import draw_tokens
     logits = torch.tensor([[2.0, 0.0, -1.0, 3.5], [0.0, 0.0, 0.0, 0.0],
                            [-30.0, 10.0, 9.0, -math.inf]])
     want = torch.log_softmax(logits, -1)
@@ -1598,7 +1599,7 @@ def test_draw_tokens_returns_each_drawn_tokens_log_softmax():
 
 
 def test_draw_tokens_draws_each_token_with_its_softmax_probability():
-    from sample import draw_tokens
+    from infra.speed import draw_tokens
     probs = torch.tensor([0.10, 0.0, 0.25, 0.05, 0.30, 0.0, 0.30])
     generator = torch.Generator().manual_seed(0)
     tokens = torch.cat([draw_tokens((probs.log() + 7.0).expand(4000, 7).clone(), generator)[0]
@@ -1609,7 +1610,7 @@ def test_draw_tokens_draws_each_token_with_its_softmax_probability():
 
 
 def test_inverse_cdf_draws_in_proportion_to_unnormalised_weights():
-    from sample import inverse_cdf
+    from infra.speed import inverse_cdf
     # 1/4, 0, 3/4, and a ragged last block of 2 entries at block=3
     weights = torch.tensor([2.0, 0.0, 6.0, 0.0, 0.0])
     generator = torch.Generator().manual_seed(1)

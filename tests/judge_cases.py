@@ -1,5 +1,5 @@
-"""Judges that generalise (issue 40), tried again by a new user: fresh (gold, completion) cases of every class
-the issue names and of kinds it did not, written blind from README's rules, scored through data.split_task's
+"""Judges that generalise, tried again by a new user: fresh (gold, completion) cases of every class
+of misjudgement named before and of kinds not named, written blind from README's rules, scored through data.split_task's
 prompts and rewards.score in the main thread and in a worker thread (tests/test_rewards.py's tests of them).
 Cheats score -1, honest answers +1; a code row that a cheat could pass, or no program can, is refused at load.
 First try: math 234 of 253 held, code 78 of 86; the misses' classes now hold by rules (rewards.py's grammar

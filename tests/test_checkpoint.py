@@ -1,6 +1,5 @@
-"""infra/checkpoint.py: the paper's warnings, and the fault table (README, "What survives what"): whole runs
-of train.py with a stop signal, kill -9, a full disk or a damaged file at a chosen moment, then the
-resume (slow).
+"""infra/checkpoint.py: the fault table (docs/resume.md, "What survives what"): whole runs of train.py with a
+stop signal, kill -9, a full disk or a damaged file at a chosen moment, then the resume (slow).
 
 Run alone: `python -m pytest tests/test_checkpoint.py`."""
 
@@ -16,7 +15,6 @@ import torch
 from tests.helpers import read_train_log, run_train, torchrun
 # the fixtures its tests take (pytest finds them by name in this module)
 from tests.helpers import tiny_model_dir  # noqa: F401
-from infra import checkpoint
 
 
 # =============================================================================
@@ -31,26 +29,10 @@ from infra import checkpoint
 # (test_bad_configs_fail_before_any_work_with_one_line_errors: init_from).
 
 
-def test_the_papers_warnings_are_said_once_each_with_what_to_do(capsys):
-    warned = dict(limit=0.15)  # warn_truncation
-    rows = [dict(step=0, gpu_hours=0.0, logprob_mismatch_lag0=0.01), dict(step=1, gpu_hours=0.1, truncation_rate=0.1),
-            dict(step=2, gpu_hours=0.2, truncation_rate=0.2),
-            dict(step=3, gpu_hours=0.3, truncation_rate=0.3, logprob_mismatch_lag0=0.04),  # under 5x the first
-            dict(step=4, gpu_hours=0.4, logprob_mismatch_lag0=0.06, fit_C_mid=0.9),
-            dict(step=5, gpu_hours=0.5, logprob_mismatch_lag0=0.07, fit_C_mid=0.3, truncation_rate=0.5)]
-    for row in rows:
-        checkpoint.warnings(warned, row)
-    assert [r["step"] for r in rows if "warning" in r] == [2, 4]
-    assert rows[2]["warning"].startswith("truncation rate 20% > warn_truncation=0.15: the paper saw instability")
-    assert "mismatch at lag 0 0.06, over 5x its first 0.01" in rows[4]["warning"]
-    assert "C_mid 0.9 lies beyond the data (0.4 gpu_hours)" in rows[4]["warning"]
-    assert capsys.readouterr().out.count("warning: ") == 3
-
-
 # -----------------------------------------------------------------------------
-# the fault table (README, "What survives what"): whole runs of train.py on the tiny model with one fault at a
-# chosen moment (tests/harness.py's harness_fault): a stop signal (SIGTERM, SIGINT) at each moment of a step, in
-# one process and under torchrun; kill -9 while a checkpoint is written; a full disk under out_dir; a damaged
+# the fault table (docs/resume.md, "What survives what"): whole runs of train.py on the tiny model with one fault
+# at a chosen moment (tests/harness.py's harness_fault): a stop signal (SIGTERM, SIGINT) at each moment of a step,
+# in one process and under torchrun; kill -9 while a checkpoint is written; a full disk under out_dir; a damaged
 # checkpoint file; a torn last line of log.jsonl (the hard kill between checkpoints and the checkpointed
 # step whose validation crashed are tested in test_all.py's train.py section, the dead or stopped sampler
 # rank in tests/test_distributed.py)

@@ -176,7 +176,7 @@ def test_asserts_keep_python_semantics_on_returned_tuples_sets_dicts_and_objects
 
 
 # -----------------------------------------------------------------------------
-# judge.py: verdicts made of data, one table per class of misjudgement (issue 40)
+# judge.py: verdicts made of data, one table per class of misjudgement
 
 
 def verdicts(table):

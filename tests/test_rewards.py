@@ -467,19 +467,3 @@ def test_rewards_imports_no_data_so_data_reads_the_kinds_with_no_import_cycle():
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert "data" not in imported and data.KINDS is rewards.KINDS and data.THINK_END is rewards.THINK_END
-
-
-def test_the_modules_import_one_another_with_no_cycle_lazy_imports_included():
-    modules = {f[:-3] for f in os.listdir(REPO) if f.endswith(".py") and f != "test_all.py"}
-    imports = {}
-    for name in modules:
-        tree = ast.parse(open(os.path.join(REPO, name + ".py"), encoding="utf-8").read())
-        found = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        found |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-        imports[name] = {m.split(".")[0] for m in found} & modules - {name}
-    order = []  # a module after everything it imports: exists exactly when there is no cycle
-    while len(order) < len(modules):
-        ready = sorted(m for m in modules - set(order) if imports[m] <= set(order))
-        assert ready, {m: imports[m] - set(order) for m in modules - set(order)}  # the cycle's modules
-        order += ready
-    assert order.index("scheduler") < order.index("sample") < order.index("train")
