@@ -24,7 +24,6 @@ import time
 
 import torch
 from tqdm import tqdm
-
 from transformers import AutoModelForCausalLM
 
 import configurator

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The first thing to run on a lent GPU (one H200; its image: torch 2.11, transformers 5.17, no vLLM), within ~8
+# The first thing to run on a GPU machine (one H200; its image: torch 2.11, transformers 5.17, no vLLM), within ~8
 # minutes, every output under $OUT (the device tool brings that folder back):
 #
 #   bash benchmarks/gpu_device.sh                 # on the GPU
-#   bash benchmarks/gpu_device.sh --device=cpu    # the same steps on a CPU at toy sizes (test_all.py runs it)
+#   bash benchmarks/gpu_device.sh --device=cpu    # the same steps on a CPU at toy sizes (tests/ runs it)
 #
-# 1. versions and the GPU (nvidia-smi), 2. the weight group at world size 1 as distributed.py builds it (NCCL on a
-# GPU, gloo on a CPU): connect, a 2-bucket push through broadcast / receive_buckets, abort, 3. benchmarks/
+# 1. versions and the GPU (nvidia-smi), 2. the weight group at world size 1 as infra/distributed.py builds it (NCCL
+# on a GPU, gloo on a CPU): connect, a 2-bucket push through broadcast / receive_buckets, abort, 3. benchmarks/
 # gpu_single.py (trainer and torch sampler on a Qwen3-0.6B-shaped model; --small on a CPU), 4. train.py's
 # one-process loop on the built-in task for 4 steps (memory plan, bf16 compute, fp32 head in sampler and trainer,
 # validation, a checkpoint). Each step's output goes to $OUT/<step>.log; summary.json holds every figure.
@@ -36,7 +36,7 @@ torch.cuda.get_device_name(0))"
 step weight_group 120 python - "$DEVICE" <<'EOF'
 import datetime, json, sys, time
 import torch, torch.distributed as dist
-import distributed
+from infra import distributed
 device = torch.device("cuda:0" if sys.argv[1] == "cuda" else "cpu")
 store = dist.HashStore()
 if device.type == "cuda":  # as distributed.setup builds it
