@@ -22,7 +22,7 @@ from tests.helpers import tiny_model_dir  # noqa: F401
 
 @pytest.mark.slow
 def test_the_gpu_device_script_runs_every_step_on_cpu_stand_ins(tiny_model_dir, tmp_path):
-    """benchmarks/gpu_device.sh, the first thing a lent GPU runs, end to end with --device=cpu: the weight group on
+    """benchmarks/gpu_device.sh, the first thing to run on a GPU machine, end to end with --device=cpu: the weight group on
     gloo, gpu_single.py at toy sizes, train.py's one-process loop; every figure in $OUT/summary.json."""
     result = subprocess.run(["bash", "benchmarks/gpu_device.sh", "--device=cpu"], cwd=REPO, capture_output=True,
                             text=True, timeout=900, env={**os.environ, "OUT": str(tmp_path)})
