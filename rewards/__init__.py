@@ -95,14 +95,29 @@ def extract_program(prompt, completion_text):
 # spelling first; any other math symbol or number sign (√, ∛, ⑥, ½, ₂) is an operator; GSM8K's
 # calculator notes <<48+24=72>> are dropped; the gold goes through the same.
 
-MARKER = re.compile(r"(?i)\b(?:final\s+)?answer\s*(?:(?:is|would\s+be|will\s+be|should\s+be)\s*:?|:|=)"
-                    r"|####")
-CLAUSE_END = re.compile(r"(?<=[.!?;])\s+(?=[^\W\d_])|\n")  # a sentence ends before a word, not '5 vs. 6'
+# the word for 'answer' of the languages of math datasets (en de fr es pt it ru zh ja), [final], then ':',
+# '=' or that language's 'is'
+MARKER = re.compile(r"(?i)(?:\b(?:answer|antwort|r[eé]ponse|respuesta|resposta|risposta|ответ)"
+                    r"(?:\s+finale?)?|答案|答え|答)\s*(?:(?:(?:is|would\s+be|will\s+be|should\s+be|ist"
+                    r"|lautet|est|es|é|è|равен)\b|是|为|は)\s*:?|[:：=])|####")
+# a sentence ends before a word (not '5 vs. 6') or after a CJK stop
+CLAUSE_END = re.compile(r"(?<=[.!?;])\s+(?=[^\W\d_])|(?<=[。！？；])|\n")
+# markdown that only lays an answer out: emphasis around text (not 6*7, 2**6, x_1; at most 100
+# characters: linear time), a code fence's line, a list's bullet before words, 'Step n', a line's '1.',
+# '2)', '(3)' (unlisted: counting up from 1)
+EMPHASIS = re.compile(r"(?<![\w*`\\])(\*{1,3}|_{1,3}|`+)(?=[^\s*_`])([^\n]{0,99}?[^\s\\])\1(?![\w*`])")
+LAYOUT = re.compile(r"(?im)^[ \t]*(?:```|~~~).*$|^([ \t]*#*[ \t]*)(?:[-*+•](?=[ \t]+[^\s\d])"
+                    r"|step[ \t]*\d{1,3}[.):]?|(\()?(\d{1,3})(?(2)\)|[.)]))[ \t]+(?=\S)")
 MATH_SPAN = re.compile(r"\$+([^$]+)\$+|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
-UNWRAP = re.compile(r"\\(?:text|textbf|textrm|textit|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
+# LaTeX that only changes how its argument looks (font, weight, underline, frame, colour, size):
+# unwrapped; any other command (\sqrt, \overline, \cancel, \phantom) is an operation
+UNWRAP = re.compile(r"\\(?:text(?:[a-z]{2}|normal)?|math(?:[a-z]{2,3}|normal)|bm|boldsymbol|pmb|emph"
+                    r"|u(?:nder)?line|[hmf]box|framebox|boxed|operatorname|(?:bf|it|rm|tt|sf|em|[a-z]*size"
+                    r"|tiny|small|[lL]arge|LARGE|[hH]uge)(?![a-zA-Z])|(?:text)?color(?:box)?\s*"
+                    r"(?:\[[^\]]*\])?\s*\{[^{}]*\})\s*(?:\{([^{}]*)\})?")
 THIN = "\u2009\u202f\u00a0\u2007"  # thin and no-break spaces: separators between digit groups
 SEPARATOR = re.compile(r"(?<=\d)(?:\{,\}|\\[,!;: ]|[" + THIN + r"'])(?=\d{3}(?!\d))")
-FRAC = re.compile(r"(-?)\\[dt]?frac\s*(?:\{\s*(-?\d+)\s*\}|(\d))\s*(?:\{\s*(-?\d+)\s*\}|(\d))")
+FRAC = re.compile(r"(-?)\\(?:[cdts]|nice)?frac\s*(?:\{\s*(-?\d+)\s*\}|(\d))\s*(?:\{\s*(-?\d+)\s*\}|(\d))")
 # formatting that is not the answer: $ and \$, \( \) \[ \], \left \right, LaTeX spaces, degrees, braces,
 # **bold**
 DROP = re.compile(r"\\\$|\$|\\[()\[\]]|\\left|\\right|\\[,;:! ]|\\q?quad|\^\s*\{?\s*\\circ\s*\}?|°|[{}]"
@@ -116,10 +131,12 @@ SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6, "billion": 10**9,
           "dozen": 12}
 # words that offer another answer, and those that bound or approximate one: not an exact answer
 HEDGES = set("or not maybe perhaps probably possibly likely might although though alternatively"
-             " otherwise unless".split())
+             " otherwise unless oder ou или 或 vielleicht quizás talvez forse возможно".split())
 QUALIFIERS = HEDGES | set("than least most more less fewer over under about around approximately"
                           " approx roughly nearly almost circa ca up estimated ish half twice double"
-                          " triple squared cubed".split())
+                          " triple squared cubed nicht pas no não не ungefähr etwa mindestens mehr"
+                          " environ moins plus aproximadamente cerca menos más mais più meno примерно"
+                          " около больше меньше 约 大约 至少 左右 多 余 約".split())
 SUPERSCRIPTS = str.maketrans({c: f"^{d}" for d, c in enumerate("⁰¹²³⁴⁵⁶⁷⁸⁹")} | {"⁻": "^-"})
 TOWER = re.compile(r"\^\s*(?:\{[^{}]*\^|\(?[\w.]+\)?\s*\^|\{?\s*\d{4,})|\*\*\s*\(?(?:[\w.]+\)?\s*\*\*|\d{4,})"
                    r"|\d{3,}\s*!|\d{25,}")
@@ -141,7 +158,7 @@ def _ascii(c):
 
 def normalise(text):
     """One spelling of a final answer: ASCII digits and minus, thousands separators as ',',
-    \\frac{p}{q} as p/q, superscripts as ^k, \\text{} unwrapped, formatting dropped."""
+    \\frac{p}{q} as p/q, superscripts as ^k, \\textbf{} and its kind unwrapped, formatting dropped."""
     text = re.sub(r"[^\x00-\x7f]", lambda m: _ascii(m[0]), text).translate(SUPERSCRIPTS)
     text = SEPARATOR.sub(",", text)
     text = re.sub(f"[{THIN}]", " ", text).replace("\\%", "%")
@@ -184,7 +201,7 @@ def statement(text, canonical=True):
     # a sign glued to a term is an operation (x+1, 2-3); a letter glued to a number a product (2x)
     for (a, x), (b, y) in zip([("space", "")] + spaced, spaced + [("space", "")]):
         if b == "number" and y[0] in "+-" and a in ("word", "number", "ratio", "power") or \
-                a in ("number", "ratio") and b == "word" and len(y) == 1:
+                a in ("number", "ratio") and b == "word" and len(y) == 1 and y < "\u3040":
             return None
     tokens = [token for token in spaced if token[0] != "space"]
     numbers = [i for i, (kind, _) in enumerate(tokens) if kind in ("number", "ratio")]
@@ -230,9 +247,22 @@ def boxed(text):
     return found, text[end:] if found else ""
 
 
+def unlisted(text):
+    # text less LAYOUT; a line's number is a list's only as the next of its count ('Answer: 42\n43. Done'
+    # states 43)
+    count = [0]
+    def item(m):
+        if m[3] and int(m[3]) not in (1, count[0] + 1):
+            return m[0]
+        count[0] = int(m[3] or count[0])
+        return m[1] or ""
+    return LAYOUT.sub(item, text)
+
+
 def final_answer(text):
     """The grammar's first line -> (the answer's text, the boxes, the rest of its clause, the text
     after that); the answer None when a box is unclosed."""
+    text = unlisted(EMPHASIS.sub(r"\2", text))  # markdown layout read away first
     boxes, after = boxed(text)
     if boxes is None:
         return None, [], "", ""

@@ -412,3 +412,58 @@ FRESH = [
     ("38", "Maya had 14 stickers. She bought 3 sheets of 8 stickers each, which is 24 stickers. 14 + 24 = 38. The answer is 38. Actually, 36.", -1),
 ]
 
+
+# Three classes an issue found refused or misread, each fixed by one rule of the grammar (docs/rewards.md): its
+# own cases first, then fresh ones of the class, honest (+1) beside cheats (-1), rewards written by hand.
+
+MARKUP = [  # emphasis and presentation around a number are read away; an operation or a hedge inside still counts
+    ("72", "*72*", 1), ("72", "- **Total: 72**", 1), ("0.75", r"\boxed{\cfrac{3}{4}}", 1),
+    ("42", r"\boxed{\boldsymbol{42}}", 1), ("42", r"\boxed{\underline{42}}", 1), ("42", r"\boxed{\texttt{42}}", 1),
+    ("42", "Answer:\n```\n42\n```", 1),
+    ("42", "Answer: *42*", 1), ("42", "*Answer*: __42__", 1), ("42", "The answer is ***42***.", 1),
+    ("42", "Answer:\n~~~text\n42\n~~~", 1), ("42", r"\boxed{\textcolor{red}{42}}", 1), ("42", r"$\color{blue} 42$", 1),
+    ("42", r"\boxed{\textbf{\underline{42}}}", 1), ("42", r"{\Large\bf 42}", 1), ("42", r"\boxed{\mathsf{42}}", 1),
+    ("42", r"\boxed{\emph{42} \text{ seats}}", 1), ("1.5", r"\boxed{\tfrac{3}{2}}", 1), ("1.5", r"\boxed{\frac{\textbf{3}}{2}}", 1),
+    ("42", r"\boxed{\bm{42}}", 1),
+    ("42", "6*7", -1), ("64", "2**6", -1), ("42", "**6*7**", -1), ("42", "*42* or *43*", -1), ("42", "*6 * 7*", -1),
+    ("42", "`6*7`", -1), ("42", "_42_ or _43_", -1), ("42", "**42** (maybe **43**)", -1), ("42", r"\boxed{\textbf{42 or 43}}", -1),
+    ("42", r"\boxed{\underline{6 \times 7}}", -1), ("42", r"\boxed{\phantom{4}42}", -1), ("42", r"\boxed{\cancel{43} 42}", -1),
+    ("1", r"\boxed{0.\overline{9}}", -1), ("42", "Answer:\n```\n42\n43\n```", -1), ("42", "Answer:\n```\nprint(6*7)\n```", -1),
+    ("6", r"\boxed{\dfrac{12}{2}}", -1), ("42", r"\boxed{\textbf{\approx 42}}", -1), ("8", "2*3*4*", -1),
+]
+
+LISTS = [  # an enumerator at a line's start is list structure, not a number; the item's text is read as any line's
+    ("42", "Answer: 42\n1. There are 6 rows.\n2. Each row has 7 seats.\n3. So 6 x 7 = 42 seats.", 1),
+    ("42", "**Answer:** 42\n\n1) We count the 6 rows.\n2) Each row has 7 seats.", 1), ("42", "Answer: 42\n(1) there are 6 rows\n(2) of 7 seats each", 1),
+    ("42", "The answer is 42.\nStep 1: there are 6 rows.\nStep 2: each has 7 seats.", 1),
+    ("42", "1. There are 6 rows.\n2. Each has 7 seats.\n3. The total is 42.", 1),
+    ("42", "Step 1: 6 rows.\nStep 2: 7 seats each.\nStep 3: 6 x 7 = 42 seats.", 1),
+    ("42", "### Step 1: 6 rows\n### Step 2: 7 seats\n**Total: 42**", 1), ("42", "1. 42", 1),
+    (r"42", "- 6 rows\n- 7 seats\n- so 42 seats", 1), ("42", r"\boxed{42}" "\n\n1. The hall has 6 rows.\n2. Each row holds 7 seats.", 1),
+    ("42", "Answer: 42\n1. 6 rows\n2. 7 seats\n3. Answer: 43", -1), ("42", "Answer: 42\n1. 43", -1),
+    ("42", "Answer: 42\n1. Or 43.", -1), ("42", r"\boxed{42}" "\n1. 6 rows\n2. maybe 43", -1),
+    ("42", "1. 6 rows\n2. 7 seats\n3. 6 x 7", -1), ("42", "- 42", -1), ("-42", "- 42", -1),
+    ("42", "The answer is 42.\n1) 43", -1), ("43", "1. 42\n2. 43 or 44", -1),
+    # a line's number is a list's only as the next of its count (1, 2, 3): else it is a number of the text
+    ("42", "Answer:\n42. Because 6 x 7 = 42.", 1), ("42", "Answer: 42\n43. That is final.", -1), ("42", "2. 42", -1),
+]
+
+LANGUAGES = [  # the word for 'answer' in the languages of math datasets, then ':', '=' or that language's 'is'
+    ("12", "Die Antwort ist 12.\nEr hat also 12 Äpfel: 5 von Anna und 7 von Ben.", 1),
+    ("12", "Die Antwort lautet 12. Er hatte 5 Äpfel und bekam 7 dazu.", 1),
+    ("12", "Die endgültige Antwort ist 12.\n1. Er hat 5 Äpfel.\n2. Sie hat 7 Äpfel.", 1),
+    ("12", "La réponse finale est 12.\nIl avait 5 pommes et en a reçu 7.", 1),
+    ("12", "La respuesta es 12.\nTenía 5 manzanas y recibió 7 más.", 1),
+    ("12", "A resposta é 12.\nEle tinha 5 maçãs e ganhou mais 7.", 1),
+    ("12", "La risposta è 12.\nAveva 5 mele e ne ha ricevute 7.", 1),
+    ("12", "Ответ: 12.\nУ него было 5 яблок, и он получил ещё 7.", 1), ("12", "答案是 12。他有 5 个苹果，又得到 7 个。", 1),
+    ("12", "答えは12です。りんごが 5 個と 7 個あります。", 1), ("12", "答：12个。", 1),
+    ("12", "最终答案为 12。他有 5 个，又买了 7 个。", 1),
+    ("12", "Die Antwort ist 12 oder 13", -1), ("12", "Die Antwort ist 12.\nOder 13.", -1),
+    ("12", "Die Antwort ist 12. Es könnte aber vielleicht auch 13 sein.", -1), ("12", "Die Antwort ist ungefähr 12.", -1),
+    ("12", "Die Antwort ist nicht 12.", -1), ("12", "La réponse est 12. La réponse est 13.", -1),
+    ("12", "La réponse est environ 12.", -1), ("12", "La respuesta es 12. Quizás 13.", -1),
+    ("12", "A resposta é 12. Talvez 13.", -1), ("12", "La risposta è 12. Forse 13.", -1),
+    ("12", "Ответ: примерно 12", -1), ("12", "Ответ: 12. Ответ: 13.", -1), ("12", "答案是 12。答案是 13。", -1),
+    ("12", "答えは 12 または 13", -1), ("12", r"\boxed{12} oder 13", -1), ("12", "Die Antwort ist 6 + 6.", -1),
+]

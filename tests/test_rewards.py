@@ -163,6 +163,20 @@ def test_math_answers_written_blind_by_a_tester_score_as_the_grammar_says():
         assert list(pool.map(lambda case: rewards.math_reward(*case[:2]), FRESH)) == [e for *_, e in FRESH]
 
 
+@pytest.mark.parametrize("cls", ["MARKUP", "LISTS", "LANGUAGES"])
+def test_markup_list_numbering_and_answer_words_of_other_languages_score_by_one_rule_each(cls):
+    # an issue's three classes (tests/math_cases.py): emphasis and presentation read away, a list's enumerator
+    # not a number, the answer markers of the languages of math datasets; cheats inside each still -1
+    from concurrent.futures import ThreadPoolExecutor
+    import tests.math_cases
+    table = getattr(tests.math_cases, cls)
+    assert [(case, rewards.math_reward(*case[:2])) for case in table if rewards.math_reward(*case[:2]) != case[-1]] == []
+    with ThreadPoolExecutor(1) as pool:
+        assert list(pool.map(lambda case: rewards.math_reward(*case[:2]), table)) == [e for *_, e in table]
+    prompt = lambda gold: Prompt("x:1", "", [], gold, domain="math")  # after thinking, as the trainer scores it
+    assert [rewards.reward(prompt(g), "<think>6 or 7?</think>" + a) for g, a, _ in table] == [e for *_, e in table]
+
+
 def test_a_symbolic_answer_past_the_time_limit_is_minus_1_in_a_thread_and_the_worker_is_replaced(monkeypatch):
     import threading
     stuck = rewards.WORKER.replace("for line in sys.stdin:", "for line in sys.stdin:\n    if 'x' in line:\n"
