@@ -24,6 +24,24 @@ EXACT = [(int, int.__pos__), (float, float.__pos__), (complex, complex.__pos__),
          (bytearray, bytearray.copy), (list, list.copy), (dict, dict.copy), (set, set.copy),
          (tuple, lambda t: tuple.__getitem__(t, slice(None))), (frozenset, frozenset.copy)]
 NAMED = {}  # (name, fields) -> its namedtuple class
+# the standard library's plain values (of their class exactly), carried as its constructor's arguments:
+# tag (the class's name) -> (its module, value -> the arguments). A zone travels as its offset then
+# (a timezone: == and arithmetic compare instants), where a datetime's fold changes nothing.
+VALUES = {"Fraction": ("fractions", lambda v: [v.numerator, v.denominator]),
+          "range": ("builtins", lambda v: [v.start, v.stop, v.step]),
+          "date": ("datetime", lambda v: [v.year, v.month, v.day]),
+          "time": ("datetime", lambda v: [v.hour, v.minute, v.second, v.microsecond, zone(v)]),
+          "datetime": ("datetime", lambda v: [*v.timetuple()[:6], v.microsecond, zone(v)]),
+          "timedelta": ("datetime", lambda v: [v.days, v.seconds, v.microseconds]),
+          "timezone": ("datetime", lambda v: [v.utcoffset(None), v.tzname(None)]),
+          **{tag: (module, lambda v: [str(v)]) for module, tags in [  # what its str() gives
+              ("decimal", "Decimal"), ("uuid", "UUID"),
+              ("ipaddress", "IPv4Address IPv6Address IPv4Network IPv6Network")]
+             for tag in tags.split()}}
+
+
+def zone(v):  # an aware value's zone as the timezone of its offset (a ZoneInfo's too); or None
+    return v.tzinfo and loaded("datetime", "timezone")(v.utcoffset(), v.tzname())
 
 
 def loaded(module, name):  # a class of a module once imported (the harness starts faster without)
@@ -60,11 +78,9 @@ def encode(value, refer, room, depth=0):
         return {kind.__name__: value.hex()}
     if kind is complex:
         return {"complex": [value.real, value.imag]}
-    if kind is loaded("fractions", "Fraction"):
-        return {"Fraction": [more(value.numerator), more(value.denominator)]}
-    if kind in (loaded("decimal", "Decimal"), range):
-        parts = [value.start, value.stop, value.step] if kind is range else str(value)
-        return {kind.__name__: more(parts)}
+    for tag, (module, arguments) in VALUES.items():
+        if kind is loaded(module, tag):
+            return {tag: more(arguments(value))}
     if isinstance(value, tuple) and isinstance(getattr(kind, "_fields", None), tuple):
         items = list(tuple.__getitem__(value, slice(None)))  # a namedtuple: its fields, then items
         return {"namedtuple": [more(kind.__name__), more(list(kind._fields)), more(items)]}
@@ -116,10 +132,8 @@ def decode(data, resolve, depth=0):
     if tag == "complex":
         real, imag = payload
         return complex(real, imag)
-    if tag in ("Fraction", "Decimal", "range"):
-        module = {"Fraction": "fractions", "Decimal": "decimal", "range": "builtins"}[tag]
-        kind = getattr(__import__(module), tag)
-        return kind(payload) if tag == "Decimal" else kind(*map(more, payload))
+    if tag in VALUES:  # the class's own constructor checks its arguments
+        return getattr(__import__(VALUES[tag][0]), tag)(*map(more, payload))
     return resolve(tag, payload)
 
 

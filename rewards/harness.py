@@ -1,5 +1,6 @@
 """The program's side of judge.py's conversation, in the sandbox: it reads the judge's requests and
-writes replies, nothing else. sys.argv: [-c, the program, the prompt's code].
+writes replies, nothing else. sys.argv: [-c, the program, the prompt's code], then the program's own
+(["solution.py"], as `python solution.py` gives it).
 
 Never imported: judge.py reads this file as text and runs it as `python -c` after codec.py's text
 and judge.EXITS, all one namespace (the sandbox has no files but the interpreter's): codec.py's
@@ -102,8 +103,9 @@ if __name__ == "__main__":  # in the sandbox
     requests, replies = os.fdopen(os.dup(0), "rb"), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0), os.dup2(null, 1), os.dup2(null, 2)
-    exec(compile(sys.argv[2], "prompt.py", "exec"), objects[0])  # the prompt's code (HumanEval's)
-    exec(compile(sys.argv[1], "solution.py", "exec"), objects[0])
+    (_, program, prompt), sys.argv[:] = sys.argv, ["solution.py"]
+    exec(compile(prompt, "prompt.py", "exec"), objects[0])  # the prompt's code (HumanEval's)
+    exec(compile(program, "solution.py", "exec"), objects[0])
     if isinstance(cls := objects[0].get("Solution"), type):  # LeetCode's: its methods, entry points
         objects[0] = {k: getattr(o, k) for o in [cls()] for k in dir(o) if k[0] != "_"} | objects[0]
     serve()

@@ -56,7 +56,9 @@ def _source(name):
 CODEC = _source("codec.py")
 HARNESS = CODEC + EXITS + _source("harness.py")
 PYTHON = ["-X", "int_max_str_digits=0", "-c"]  # HARNESS or STDIN: ints of any size, as before 3.11
-STDIN = EXITS + 'exec(compile(sys.argv[1], "solution.py", "exec"), {"__name__": "__main__"})'
+# the program runs with the argv `python solution.py` gives it (fileinput reads stdin), its source taken off
+STDIN = EXITS + ('source, sys.argv[:] = sys.argv[1], ["solution.py"]\n'
+                 'exec(compile(source, "solution.py", "exec"), {"__name__": "__main__"})')
 _codec = {}
 exec(CODEC, _codec)  # the judge's side of the same grammar, with its limits
 encode, decode, bases = _codec["encode"], _codec["decode"], _codec["bases"]
@@ -376,17 +378,57 @@ def _carriable(tree, names, prelude):
                                      "which cannot be given it (pass data, or a function)")
 
 
+# a test class, run as pytest and unittest run one: an instance per test* method, with its fixtures
+# (debug(): a TestCase's setUp, test and tearDown, what fails raising here)
+RUN_CLASS = """
+def run_test_class(cls, none=lambda *a: None):
+    unit = issubclass(cls, __import__("unittest").TestCase)
+    getattr(cls, "setUpClass" if unit else "setup_class", none)()
+    tests = [n for n in dir(cls) if n.startswith("test") and callable(getattr(cls, n))]
+    assert tests, "a test class of no tests"
+    for name in tests:
+        test = cls(name) if unit else cls()
+        getattr(test, "setup_method", none)(getattr(test, name))
+        test.debug() if unit else getattr(test, name)()
+        getattr(test, "teardown_method", none)(getattr(test, name))
+    getattr(cls, "tearDownClass" if unit else "teardown_class", none)()"""
+
+
+# The names of the test's top-level classes pytest collects: a unittest TestCase (a base named
+# *TestCase, or one of these) or a class named Test* without an __init__, with a test* method (its
+# own or a base's of these). What it collects not is never run, and its asserts test nothing.
+def _test_classes(tree):
+    units, tested, found = set(), set(), []
+    for c in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        bases = {ast.unparse(b).rsplit(".", 1)[-1] for b in c.bases}
+        methods = {n.name for n in c.body if isinstance(n, FUNCTIONS)}
+        if any(m.startswith("test") for m in methods) or bases & tested:
+            tested.add(c.name)
+        if any(b.endswith("TestCase") for b in bases) or bases & units:
+            units.add(c.name)
+        elif not c.name.startswith("Test") or "__init__" in methods:
+            continue
+        found += [c.name] if c.name in tested else []
+    return found
+
+
 @lru_cache(maxsize=10_000)
 def _plan(test, names, prelude):
     tree = ast.parse(test)
-    functions = {n.name: n for n in tree.body if isinstance(n, FUNCTIONS)}
-    module_level = [n for n in tree.body if n not in functions.values()]
+    # what runs when named: top-level functions and classes (a class's body runs where it stands)
+    functions = {n.name: n for n in tree.body if isinstance(n, (*FUNCTIONS, ast.ClassDef))}
+    module_level = [n for n in tree.body if n not in functions.values()] + [
+        n for c in functions.values() if isinstance(c, ast.ClassDef)
+        for n in (*c.keywords, *c.decorator_list, *c.body) if not isinstance(n, FUNCTIONS)]
     called = {n.id for node in module_level for n in ast.walk(node) if isinstance(n, ast.Name)}
-    # HumanEval's check(candidate) is called with the entry point; pytest's test_* functions too
-    uncalled = [name for name in functions if name not in called]
+    # HumanEval's check(candidate) is called with the entry point; pytest's test_* functions and
+    # test classes too
+    uncalled = [name for name, n in functions.items()
+                if isinstance(n, FUNCTIONS) and name not in called]
     calls = [f"check({names[0]})"] if names and "check" in uncalled else []
     tests = [f"{name}()" for name in uncalled if name.startswith("test_")]
-    script = "\n".join([test, *calls, *tests])
+    classes = [f"run_test_class({name})" for name in _test_classes(tree)]
+    script = "\n".join([test, *calls, *tests, *([RUN_CLASS] if classes else []), *classes])
     # the names the script binds, and those it reads but never binds in any of its scopes
     tables = [top := symtable.symtable(script, "<test>", "exec")]
     for table in tables:  # the list grows as it goes: every scope, however deep
@@ -411,7 +453,8 @@ def _plan(test, names, prelude):
     _carriable(tree, names, prelude)
     # the nodes the script runs: its module level (the test's, then the calls added to it) and, each
     # once, the top-level functions it names, called or passed on (check(square) runs check)
-    todo, reached = module_level + ast.parse(script).body[len(tree.body):], []
+    added = [n for n in ast.parse(script).body[len(tree.body):] if not isinstance(n, FUNCTIONS)]
+    todo, reached = module_level + added, []
     for statement in todo:  # the list grows as functions are reached
         for node in ast.walk(statement):
             reached.append(node)
@@ -420,7 +463,9 @@ def _plan(test, names, prelude):
     if not set(names) & {n.id for n in reached if isinstance(n, ast.Name)}:
         raise ValueError("the test calls no function of the program: "
                          "it would pass a program that defines nothing")
-    if not any(isinstance(n, (ast.Assert, ast.Raise)) for n in reached):
+    # an assert, a raise, or unittest's self.assert*() and self.fail()
+    asserts = lambda n: getattr(getattr(n, "func", None), "attr", "").startswith(("assert", "fail"))
+    if not any(isinstance(n, (ast.Assert, ast.Raise)) or asserts(n) for n in reached):
         raise ValueError("the test asserts nothing")
     return script, names
 

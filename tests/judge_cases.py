@@ -473,3 +473,86 @@ CODE += cases("replies_within_limits",
     (BIG, block("def f(n):\n    return [[1] * 1000] * 10000"), -1),
     (CHECK_SORT, block("def sort_it(xs):\n    M = 2 ** 61 - 1\n    return {i * M for i in range(60000)}"), -1),
 )
+
+# test classes, argv and the standard library's values (tests/test_judge.py runs these, apart from CODE):
+# a test class runs as pytest or unittest runs it, a stdin program sees `python solution.py`'s argv, a
+# date, time, datetime or timedelta travels as itself
+AREA = "def area(w, h):\n    return w * h"
+SQUARE_ONLY = "def area(w, h):\n    return w * w"
+PYTEST_CLASS = dict(test="class TestArea:\n    def test_square(self):\n        assert area(2, 2) == 4\n"
+                         "    def test_rect(self):\n        assert area(2, 3) == 6\n")
+UNIT = dict(test="import unittest\nclass AreaTests(unittest.TestCase):\n    def setUp(self):\n        self.sides = (2, 3)\n"
+                 "    def test_rect(self):\n        self.assertEqual(area(*self.sides), 6)\n"
+                 "    def test_zero(self):\n        self.assertEqual(area(0, 5), 0)\n")
+ROOT = dict(test="from unittest import TestCase\nclass TestRoot(TestCase):\n    def test_negative(self):\n"
+                 "        with self.assertRaises(ValueError):\n            root(-1)\n    def test_four(self):\n        self.assertEqual(root(4), 2)\n")
+SETUP = dict(test="class TestSort:\n    def setup_method(self, method):\n        self.xs = [3, 1, 2]\n    def test_sorted(self):\n"
+                  "        assert sort_it(self.xs) == [1, 2, 3]\n    def test_kept(self):\n        assert sorted(self.xs) == sort_it(self.xs)\n")
+INHERITED = dict(test="class Checks:\n    def test_one(self):\n        assert double(1) == 2\n    def test_many(self):\n"
+                      "        assert [double(x) for x in (2, 3)] == [4, 6]\nclass TestDouble(Checks):\n    pass\n")
+ISSUE = cases("test_classes",
+    (dict(test="class TestAdd:\n    def test_small(self):\n        assert add(1, 2) == 3\n"), block("def add(a, b):\n    return a + b"), 1),
+    (dict(test="class TestAdd:\n    def test_small(self):\n        assert add(1, 2) == 3\n"), block("def add(a, b):\n    return 0"), -1),
+    (dict(test="class TestAdd:\n    def test_small(self):\n        assert add(1, 2) == 3\n"), block("def add(a, b):\n    return 0\nraise SystemExit"), -1),
+    (PYTEST_CLASS, block(AREA), 1),
+    (PYTEST_CLASS, block(SQUARE_ONLY), -1),  # passes one method of two
+    (PYTEST_CLASS, block("import sys\nsys.exit(0)\n" + AREA), -1),
+    (PYTEST_CLASS, block("def area(w, h):\n    if w != h:\n        import sys\n        sys.exit(0)\n    return w * h"), -1),
+    (UNIT, block(AREA), 1),
+    (UNIT, block(SQUARE_ONLY), -1),
+    (UNIT, block("def area(w, h):\n    return 6"), -1),
+    (UNIT, block("def area(w, h):\n    raise SystemExit(0)"), -1),
+    (ROOT, block("def root(n):\n    if n < 0:\n        raise ValueError(n)\n    return int(n ** 0.5)"), 1),
+    (ROOT, block("def root(n):\n    return int(abs(n) ** 0.5)"), -1),
+    (ROOT, block("def root(n):\n    if n < 0:\n        raise KeyboardInterrupt\n    return 2"), -1),
+    (SETUP, block("def sort_it(xs):\n    return sorted(xs)"), 1),
+    (SETUP, block("def sort_it(xs):\n    return xs"), -1),
+    (INHERITED, block("def double(x):\n    return 2 * x"), 1),
+    (INHERITED, block("def double(x):\n    return 2"), -1),
+    (dict(test="class Helper:\n    def test_small(self):\n        assert add(1, 2) == 3\n"), block("def add(a, b):\n    return 0"), REFUSED),
+    (dict(test="class TestAdd:\n    def __init__(self):\n        self.n = 1\n    def test_small(self):\n        assert add(1, 2) == 3\n"),
+     block("def add(a, b):\n    return 0"), REFUSED),  # pytest collects no class with an __init__
+    (dict(test="class TestAdd:\n    def check(self):\n        assert add(1, 2) == 3\n"), block("def add(a, b):\n    return 0"), REFUSED),
+    (dict(test="import unittest\nclass AddTests(unittest.TestCase):\n    def setUp(self):\n        self.assertEqual(add(1, 2), 3)\n"),
+     block("def add(a, b):\n    return 0"), REFUSED),
+    (dict(test="class Checks:\n    def test_small(self):\n        assert add(1, 2) == 3\nclass Other(Checks):\n    pass\n"),
+     block("def add(a, b):\n    return 0"), REFUSED),
+)
+ADD_IN = "a, b = map(int, input().split())\nprint(a + b)"
+ISSUE += cases("argv",
+    (ADD, block("import sys\nif len(sys.argv) > 1:\n    print(0)\nelse:\n    " + ADD_IN.replace("\n", "\n    ")), 1),
+    (ADD, block("import fileinput\nprint(sum(int(x) for line in fileinput.input() for x in line.split()))"), 1),
+    (ADD, block("import sys\nassert sys.argv == ['solution.py'] and sys.argv[0].endswith('.py')\n" + ADD_IN), 1),
+    (ADD, block("import argparse\nargparse.ArgumentParser().parse_args()\n" + ADD_IN), 1),
+    (ADD, block("import sys\nprint(len(sys.argv) + 2)"), -1),  # 3 once, then wrong
+    (ADD, block("import sys\nprint(sys.argv[1])"), -1),
+    (dict(tests=[{"input": [], "output": ["solution.py"]}], fn_name="args"), block("import sys\ndef args():\n    return sys.argv"), 1),
+    (dict(test="assert count_args() == 0"), block("import sys\ndef count_args():\n    return len(sys.argv) - 1"), 1),
+    (dict(test="assert count_args() == 1"), block("import sys\ndef count_args():\n    return len(sys.argv) - 1"), -1),
+)
+NEXT_DAY = dict(test="from datetime import date\ndef check(candidate):\n    assert candidate(2024, 2, 28) == date(2024, 2, 29)\n"
+                     "    assert candidate(2023, 12, 31) == date(2024, 1, 1)\n", entry_point="next_day")
+SPAN = dict(test="from datetime import date, timedelta\nassert span(date(2024, 1, 1), date(2024, 3, 1)) == timedelta(days=60)\n")
+UTC = dict(test="from datetime import datetime, timedelta, timezone\nr = to_utc(datetime(2024, 1, 1, 12, tzinfo=timezone(timedelta(hours=2))))\n"
+                "assert r == datetime(2024, 1, 1, 10, tzinfo=timezone.utc) and r.utcoffset() == timedelta(0)\n")
+ISSUE += cases("stdlib_values",
+    (NEXT_DAY, block("from datetime import date, timedelta\ndef next_day(y, m, d):\n    return date(y, m, d) + timedelta(days=1)"), 1),
+    (NEXT_DAY, block("from datetime import date\ndef next_day(y, m, d):\n    return date(y, m, d + 1)"), -1),
+    (NEXT_DAY, block("from datetime import date, timedelta\ndef next_day(y, m, d):\n    return str(date(y, m, d) + timedelta(days=1))"), -1),
+    (NEXT_DAY, block("from datetime import datetime, timedelta\ndef next_day(y, m, d):\n    return datetime(y, m, d) + timedelta(days=1)"), -1),
+    (NEXT_DAY, block("from datetime import date\nclass D(date):\n    def __eq__(self, other):\n        return True\n"
+                     "def next_day(y, m, d):\n    return D(y, m, d)"), -1),
+    (SPAN, block("def span(a, b):\n    return b - a"), 1),
+    (SPAN, block("def span(a, b):\n    return (b - a).days"), -1),
+    (UTC, block("from datetime import timezone\ndef to_utc(d):\n    return d.astimezone(timezone.utc)"), 1),
+    (UTC, block("def to_utc(d):\n    return d"), -1),  # the same instant, another offset
+    (UTC, block("from datetime import timezone\ndef to_utc(d):\n    return d.astimezone(timezone.utc).replace(tzinfo=None)"), -1),
+    (dict(test="from datetime import time\nassert parse_hm('07:30') == time(7, 30) and parse_hm('23:05') == time(23, 5)\n"),
+     block("from datetime import datetime\ndef parse_hm(s):\n    return datetime.strptime(s, '%H:%M').time()"), 1),
+    (dict(test="from datetime import date\nassert weekday(date(2024, 1, 1)) == 0 and weekday(date(2024, 1, 7)) == 6\n"),
+     block("def weekday(d):\n    return d.weekday()"), 1),
+    (dict(test="from datetime import datetime\nassert parse('2024-01-02 03:04') == datetime(2024, 1, 2, 3, 4)\n"),
+     block("from datetime import datetime\ndef parse(s):\n    return datetime.fromisoformat(s)"), 1),
+    (dict(test="import uuid\nassert parse_id('12345678-1234-5678-1234-567812345678').int == 0x12345678123456781234567812345678\n"),
+     block("import uuid\ndef parse_id(s):\n    return uuid.UUID(s)"), 1),
+)

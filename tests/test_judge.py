@@ -642,3 +642,44 @@ def test_a_row_with_a_very_long_int_is_read_and_judged(tmp_path):
     with pytest.raises(DataError) as info:
         data.read_jsonl(str(path))
     assert str(info.value).startswith(f"{path}:2: malformed JSON") and "\n" not in str(info.value)
+
+# -----------------------------------------------------------------------------
+# 8. test classes run as pytest and unittest run them; a stdin program sees `python solution.py`'s argv;
+# the standard library's values (a date, a timedelta, an aware datetime) travel as themselves
+
+
+@pytest.mark.parametrize("kind", ["test_classes", "argv", "stdlib_values"])
+def test_test_classes_argv_and_stdlib_values_are_judged_as_python_would_in_both_threads(tmp_path, kind):
+    from tests.judge_cases import ISSUE, REFUSED, prompts_of, scored_in_both_threads
+    rows = [case for case in ISSUE if case[0] == kind]
+    loaded = [case for case in rows if case[-1] != REFUSED]
+    prompts = prompts_of(tmp_path, [row for _, row, *_ in loaded])
+    verdicts = scored_in_both_threads([(p, "<think>ok</think>" + text) for p, (_, _, text, _) in zip(prompts, loaded)])
+    assert len(loaded) > 8 and [case for case, v in zip(loaded, verdicts) if v != case[-1]] == []
+    for _, row, program, _ in (case for case in rows if case[-1] == REFUSED):  # tests nothing: refused, passes nothing
+        path = tmp_path / "row.jsonl"
+        path.write_text(json.dumps(dict(row, prompt="p")) + "\n")
+        with pytest.raises(DataError, match="calls no function|asserts nothing"):
+            data.read_jsonl(str(path))
+        assert not judge.passes(program.split("```python\n")[1].split("```")[0], **row)
+
+
+FORGED_DATES = [  # (a reply forged as the answer to "get f", the verdict of `assert f == date(2024, 2, 29)`)
+    ('{"date": [2024, 2, 29]}', True),  # no more than the program's own `f = date(2024, 2, 29)`
+    ('{"date": [2024, 2, 30]}', False),
+    ('{"date": [2024, 2, 29, 1]}', False),
+    ('{"date": "2024"}', False),
+    ('{"date": {"year": 2024}}', False),
+    ('{"datetime": [2024, 2, 29, 0, 0, 0, 0, null]}', False),  # a datetime never equals a date
+    ('{"timedelta": [1e300, 0, 0]}', False),
+    ('{"time": [0, 0, 0, 0, 5]}', False),  # its tzinfo an int
+    ('{"datetime": [2024, 2, 29, 0, 0, 0, 0, {"timezone": [{"timedelta": [1, 0, 0]}, "x"]}]}', False),  # 24 hours
+    ('{"Decimal": ["1e999999999999999999"]}', False),
+]
+
+
+def test_forged_stdlib_values_fail_and_never_crash_the_judge():
+    test = "from datetime import date\nassert f == date(2024, 2, 29)"
+    table = [(forged, verdict, dict(program=FORGE.format(repr(f'["value", {forged}, []]\n'.encode())), test=test,
+                                    entry_point="f")) for forged, verdict in FORGED_DATES]
+    assert verdicts(table) == []
