@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 
 import configurator
-from rewards import sandbox
 from rewards import KINDS, THINK_END, THINK_START
 
 INTERRUPT_PHRASE = (

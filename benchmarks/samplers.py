@@ -32,7 +32,6 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402
-import sample  # noqa: E402
 from head import token_logprobs  # noqa: E402
 from infra import speed  # noqa: E402
 from infra.policy import resolve_dtype  # noqa: E402

@@ -70,6 +70,7 @@ def test_each_module_imports_only_the_modules_before_it_in_the_reading_order_laz
     imports = {name: core_imports(path, modules) for name, path in modules.items()}
     for name in ORDER:
         assert imports[name] <= set(ORDER[:ORDER.index(name)]), (name, imports[name] - set(ORDER[:ORDER.index(name)]))
+    assert imports["data"] == {"configurator", "rewards"}  # the recipe's data reads the kinds, never the sandbox
     order = []  # every module, listed or not, after everything it imports: exists exactly when there is no cycle
     while len(order) < len(modules):
         ready = sorted(m for m in set(modules) - set(order) if imports[m] <= set(order))
