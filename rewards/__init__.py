@@ -1,4 +1,10 @@
 """
+rewards/: the verifiers. A reader of the recipe needs only `score` and `KINDS` (how a row is read and
+a completion scored); a new reward kind is one entry of KINDS here. The rest is the verifiers'
+machinery: the math answer's grammar below, judge.py (a program's verdict against its tests),
+sandbox.py (running the program isolated), and codec.py and harness.py (the Python that runs inside
+the sandbox, read by judge.py as text).
+
 Rewards: +1 for a solved problem, -1 for anything else (ScaleRL): the built-in task's digit, a math
 problem's final answer, a program's tests (judge.py). A policy optimises whatever a reward pays for (RL
 found `12 / 2 =` paid for gold 6 within half an hour here), so the math reward is written against an
