@@ -165,7 +165,7 @@ def test_math_answers_written_blind_by_a_tester_score_as_the_grammar_says():
 
 @pytest.mark.parametrize("cls", ["MARKUP", "LISTS", "LANGUAGES"])
 def test_markup_list_numbering_and_answer_words_of_other_languages_score_by_one_rule_each(cls):
-    # an issue's three classes (tests/math_cases.py): emphasis and presentation read away, a list's enumerator
+    # three classes of answers (tests/math_cases.py): emphasis and presentation read away, a list's enumerator
     # not a number, the answer markers of the languages of math datasets; cheats inside each still -1
     from concurrent.futures import ThreadPoolExecutor
     import tests.math_cases
