@@ -352,13 +352,13 @@ def load_task(path, layout):
         task = data.load_task(
             data_path, path, n_train, n_val, data_seed, prompt_field or None, answer_field,
             prompt_template)
-        if any(p.code for p in task.prompts + task.val_prompts):
-            try:  # fully isolated, or unsafe (sandbox_unsafe=True) and a WARNING
-                sandbox.require(sandbox_unsafe)
-            except ValueError as e:
-                raise data.DataError(f"data_path={data_path!r}: {e}") from None
     except data.DataError as e:
         fail(str(e))
+    try:  # code rows: fully isolated, or unsafe (sandbox_unsafe=True) and a WARNING
+        if any(p.code for p in task.prompts + task.val_prompts):
+            sandbox.require(sandbox_unsafe)
+    except ValueError as e:
+        fail(f"data_path={data_path!r}: {e}")
     share = (slice(layout.rank, None, layout.world) if layout.role == "data_parallel"
              else slice(None))
     return task._replace(prompts=task.prompts[share], val_prompts=task.val_prompts[share])
@@ -444,7 +444,7 @@ def train_loop(policy, samplers, rollouts, task, layout, run, stop, pad_id, conf
         # resumed run
         stopping = stopping or (stop.name is not None and not dp)
         if (save or stopping) and saved_step != step:  # before a validation that may take hours
-            checkpoint.save_run(out_dir, policy, task, layout, rollouts.curriculum, rollouts, dict(
+            checkpoint.save_run(out_dir, policy, task, layout, rollouts, dict(
                 step=step, counters=run.counters, config=config, row=run.row, last=last))
             saved_step = step
         # validate (step 0, every eval_interval steps, the last) and log the step's row

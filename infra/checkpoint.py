@@ -106,14 +106,14 @@ def resume(out_dir):
     return None
 
 
-def save_run(out_dir, policy, task, layout, curriculum, rollouts, state):
+def save_run(out_dir, policy, task, layout, rollouts, state):
     """The checkpoint: weights and optimizer, every rank's curriculum and its groups in flight,
     `state`. The master's followers save with it (train.py's run_follower): full_state's gathers
     need every trainer."""
     from infra.distributed import gather_objects
     for rank in range(1, layout.trainers) if layout.role == "master" else ():
         layout.mailbox.send(rank, ("save",))
-    share = dict(curriculum=curriculum.state_dict(), in_flight=rollouts.in_flight())
+    share = dict(curriculum=rollouts.curriculum.state_dict(), in_flight=rollouts.in_flight())
     shares = gather_objects(share) if layout.role == "data_parallel" else [share]
     save(out_dir, policy, task.tokenizer, dict(state, world=layout.world, shares=shares))
 
