@@ -2,7 +2,8 @@
 one JSON row per optimizer step, flushed, validation figures on evaluated steps; beside it the console
 line, the live fit of the scaling law on every validation, and the paper's warnings. The compute
 axis C the law is fitted on is counted here (`count`): gpu_hours (wall hours of sampling and
-training, times the processes) and flops (~2N a token generated, ~6N a token trained). The master
+training, times the processes) and flops (~2N a token generated, ~6N a token trained; with LoRA
+~4N + 6N_adapter, no weight gradients for the frozen base). The master
 writes it; infra/checkpoint.py cuts it back to a checkpoint's step on resume, so it goes on with no
 gap and no duplicate."""
 
@@ -23,10 +24,10 @@ class Run:
     whether it is logged and evaluated yet, and the open log (the master's; None on the other
     ranks)."""
 
-    def __init__(self, state, logged, eval_interval, n_params, world, log=None):
+    def __init__(self, state, logged, eval_interval, n_params, world, log=None, n_adapter=0):
         self.step, self.resumed = (state["step"], True) if state else (0, False)  # where it starts
         self.counters = state["counters"] if state else dict(train_seconds=0.0, flops=0.0, tokens=0)
-        self.n_params, self.world, self.log = n_params, world, log
+        self.n_params, self.n_adapter, self.world, self.log = n_params, n_adapter, world, log
         # the run's start, and its first training segment's
         self.t_start = self.segment_start = time.time()
         # this process's CPU time, validation included, a resumed run's earlier time too
@@ -39,7 +40,7 @@ class Run:
         """A training step done: its row (the compute axis moved on), to be logged, evaluated or
         not."""
         self.row = count(self.counters, step, stats, self.generated, self.n_params,
-                         self.segment_start, self.cpu_start, self.world)
+                         self.segment_start, self.cpu_start, self.world, self.n_adapter)
         self.unlogged, self.generated, self.evaluate = True, 0, evaluate
 
     def write(self):
@@ -181,11 +182,14 @@ def open_run(out_dir, config, layout, n_params, isolation, logged):
     return Log(open(path, "a"), history, mirror, dict(limit=config.get("warn_truncation", 0.15)))
 
 
-def count(counters, step, stats, generated, n_params, started, cpu_start, world):
+def count(counters, step, stats, generated, n_params, started, cpu_start, world, n_adapter=0):
     """A step into the run's counters -> its log row: each generated token counted once (~2N FLOPs a
     token generated, ~6N trained), the wall time of sampling and training since `started`
     (validation apart)."""
-    counters["flops"] += 2 * n_params * generated + 6 * n_params * stats["trained_tokens"]
+    # LoRA (n_adapter: the adapters' parameters): the forward and the activations' gradients through
+    # base and adapters, weight gradients for the adapters only; the samplers decode merged
+    trained = 4 * n_params + 6 * n_adapter if n_adapter else 6 * n_params
+    counters["flops"] += 2 * n_params * generated + trained * stats["trained_tokens"]
     counters["tokens"] += generated
     # read once: gpu_hours and step_time agree, even across a preemption
     elapsed = time.time() - started

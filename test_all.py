@@ -712,11 +712,13 @@ def test_math_and_code_in_one_run_log_a_validation_reward_per_domain_and_the_san
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nproc", [1, 2], ids=["one process", "1 trainer + 1 vLLM sampler rank"])
-def test_train_with_the_vllm_sampler_pushes_weights_in_flight_and_matches_the_trainer(tiny_model_dir, tmp_path, nproc):
+@pytest.mark.parametrize("nproc,lora", [(1, ()), (2, ()), (2, ("--lora_rank=4", "--lr=1e-3"))],
+                         ids=["one process", "1 trainer + 1 vLLM sampler rank", "the same, LoRA: merged weights"])
+def test_train_with_the_vllm_sampler_pushes_weights_in_flight_and_matches_the_trainer(tiny_model_dir, tmp_path, nproc,
+                                                                                      lora):
     require_vllm()
     out = tmp_path / "run"
-    args = ["--sampler=vllm", "--max_steps=6", "--eval_interval=6", "--max_lag=2", "--weight_bucket_mb=1"]
+    args = ["--sampler=vllm", "--max_steps=6", "--eval_interval=6", "--max_lag=2", "--weight_bucket_mb=1", *lora]
     # two processes: the engine lives on the sampler rank, the weights arrive in buckets by gloo broadcast
     result = run_train(out, *args) if nproc == 1 else torchrun(2, out, *args, "--n_samplers=1")
     assert result.returncode == 0, result.stderr[-3000:]

@@ -33,7 +33,7 @@ import loss
 import rewards
 import sample
 import scheduler
-from infra import checkpoint, distributed, memory
+from infra import checkpoint, distributed, lora, memory
 from infra.policy import (add_grads, copy_weights, load_policy, micro_batches, push_weights,
                           resolve_dtype, sampler_module, sync_grads)
 from rewards import sandbox
@@ -81,6 +81,10 @@ beta1 = 0.9
 beta2 = 0.999                  # (ours: the paper does not say)
 grad_clip = 1.0                # max grad norm (ours: the paper does not say)
 max_steps = 400                # optimizer steps
+lora_rank = 0                  # 0: full fine-tuning (the paper's); r > 0: LoRA adapters of rank r
+                               # are all that trains, the base frozen (infra/lora.py; docs/lora.md)
+lora_alpha = 32.0              # the adapters' update is scaled by lora_alpha / lora_rank
+lora_targets = "all"           # 'all' linear layers of the decoder layers, or some: 'q_proj,v_proj'
 max_minutes = 8.0              # wall-clock budget of the whole run, evaluation included; 0 = none
 # data, evaluation, checkpoints
 out_dir = "out"                # log.jsonl, config.json, ckpt/
@@ -133,7 +137,7 @@ RULES = dict(  # configurator.configure's rules: the allowed values, or the smal
     samples_per_prompt=2, think_budget_min=1, rank_timeout=2.0, verify_timeout=0.1,
     **dict.fromkeys("prompts_per_step max_lag answer_budget eval_interval eval_samples "
                     "ckpt_interval sampler_slots max_steps n_val weight_bucket_mb".split(), 1),
-    **dict.fromkeys("micro_batch micro_batch_tokens n_train".split(), 0))
+    **dict.fromkeys("micro_batch micro_batch_tokens n_train lora_rank".split(), 0))
 
 
 def fail(message):
@@ -178,7 +182,8 @@ def check_config():
          "another --out_dir"),
         (init_from == "resume" and not checkpoint.resume(out_dir),
          f"init_from='resume' but {out_dir!r} holds no checkpoint "
-         "(a complete ckpt/ or ckpt.old/)")]
+         "(a complete ckpt/ or ckpt.old/)"),
+        (lora_alpha <= 0, f"lora_alpha={lora_alpha}: must be > 0")]
     for bad, message in checks:
         if bad:
             fail(message)
@@ -364,14 +369,34 @@ def load_task(path, layout):
     return task._replace(prompts=task.prompts[share], val_prompts=task.val_prompts[share])
 
 
-def make_policy(path, layout, resume=False):
+def check_resume(state, base_path):
+    """A checkpoint's run had these LoRA settings and its adapter this base model, or the resume
+    stops in one line."""
+    was = state["config"]
+    knobs = dict(lora_rank=0, lora_alpha=lora_alpha, lora_targets=lora_targets)
+    changed = [f"{k}={was.get(k, old)!r}" for k, old in knobs.items()
+               if was.get(k, old) != globals()[k]]
+    if changed:
+        fail(f"the checkpoint's run had {', '.join(changed)}: resume with its settings")
+    if lora_rank and (base := lora.fingerprint(base_path)) != state["lora"]["base"]:
+        fail(f"model_path={model_path!r}: not the base model the checkpoint's adapter was trained "
+             f"on (fingerprint {base}, the checkpoint's {state['lora']['base']})")
+
+
+def make_policy(path, layout, resumed=None):
     """The trainer's Policy (infra/policy.py): sharded by FSDP2 when 2+ trainers sit beside sampler
-    ranks."""
+    ranks. resumed: checkpoint.resume's (its directory, its state, ...); LoRA: path is the base."""
     sharded = layout.trainers > 1 and layout.samplers > 0
-    return load_policy(
-        path, layout.device, layout.trainer_rank, layout.trainers, sharded, getattr(torch, dtype),
-        checkpoint_activations, resume, lr=lr, betas=(beta1, beta2), eps=adam_eps,
-        weight_decay=weight_decay)
+    ckpt = resumed[0] if resumed else None
+    adapters = dict(rank=lora_rank, alpha=lora_alpha, targets=lora_targets, seed=seed, path=path)
+    try:
+        policy = load_policy(
+            path, layout.device, layout.trainer_rank, layout.trainers, sharded,
+            getattr(torch, dtype), checkpoint_activations, ckpt, adapters if lora_rank else None,
+            lr=lr, betas=(beta1, beta2), eps=adam_eps, weight_decay=weight_decay)
+    except ValueError as e:  # lora_targets that match nothing
+        fail(str(e))
+    return policy
 
 
 def make_sampler(path, task, layout, version, max_len, policy=None):
@@ -497,10 +522,13 @@ def train_loop(policy, samplers, rollouts, task, layout, run, stop, pad_id, conf
     return exit_code, step
 
 
-def run_follower(path, task, layout, pad_id, resume):
+def run_follower(path, task, layout, pad_id, resumed):
     """A follower trainer's life: its share of each step and checkpoint the master sends, until
     'stop' -> the exit code that carries."""
-    policy = make_policy(path, layout, resume)
+    policy = make_policy(path, layout, resumed)
+    if policy.lora and resumed:  # the master's first push (the samplers start from the base)
+        push_weights(policy, None, resumed[1]["step"], getattr(torch, sampler_dtype),
+                     weight_bucket_mb << 20)
     while (message := layout.mailbox.get(0, "the master (rank 0)"))[0] != "stop":
         if message[0] == "save":  # the master's checkpoint.save_run:
                                   # full_state gathers from every trainer
@@ -542,34 +570,46 @@ if __name__ == "__main__":
     # the memory plan
     base_path = model_path or distributed.master_first(layout, tiny_model)
     load_path, state, logged = resumed or (base_path, None, None)
+    if state:
+        check_resume(state, base_path)
+    # LoRA: the checkpoint holds the adapter; samplers start from the base, a push merges it in
+    model_dir = base_path if lora_rank else load_path
     step = state["step"] if state else 0
     task = load_task(load_path, layout)
     pad_id = task.tokenizer.pad_token_id or 0  # None: 0
     # room for the longest prompt, the thinking, the interruption phrase and the answer
     max_len = (max(len(p.input_ids) for p in task.prompts + task.val_prompts) + think_budget_max
                + answer_budget + len(data.interruption(task.tokenizer)))
-    if problem := memory.plan_run(load_path, layout, config, max_len):
-        fail(problem)
+    try:  # (lora_targets that match nothing: a ValueError)
+        if problem := memory.plan_run(model_dir, layout, config, max_len):
+            fail(problem)
+    except ValueError as e:
+        fail(str(e))
 
     if layout.role == "sampler":  # generate what the master hands out until it says stop
                                   # (distributed.serve)
-        exit_code = distributed.serve(make_sampler(load_path, task, layout, step, max_len),
+        exit_code = distributed.serve(make_sampler(model_dir, task, layout, step, max_len),
                                       layout, rank_timeout)
     elif layout.role == "follower":  # train a share of each batch the master sends
-        exit_code = run_follower(load_path, task, layout, pad_id, resume=state is not None)
+        exit_code = run_follower(model_dir, task, layout, pad_id, resumed)
     else:  # the master, a data-parallel rank, or the one process: the loop's state, made here
-        policy = make_policy(load_path, layout, resume=state is not None)
+        policy = make_policy(model_dir, layout, resumed)
         rollouts = make_rollouts(task, layout, state)
         samplers = (distributed.RemoteSamplers(layout, rank_timeout) if layout.samplers
-                    else make_sampler(load_path, task, layout, step, max_len, policy))
+                    else make_sampler(model_dir, task, layout, step, max_len, policy))
         samplers.version = step
-        n_params = sum(p.numel() for p in policy.model.parameters())
+        if policy.lora and state:
+            push_weights(policy, samplers, step, getattr(torch, sampler_dtype),
+                         weight_bucket_mb << 20)
+        n_adapter = sum(p.numel() for p in policy.model.parameters() if p.requires_grad
+                        ) if policy.lora else 0
+        n_params = sum(p.numel() for p in policy.model.parameters()) - n_adapter
         code = any(p.code for p in task.prompts + task.val_prompts)
         # what code rewards run under, in the log's header
         isolation = sandbox.isolation() if code and layout.rank == 0 else None
         opened = (log.open_run(out_dir, config, layout, n_params, isolation, logged)
                   if layout.rank == 0 else None)
-        run = log.Run(state, logged, eval_interval, n_params, layout.world, opened)
+        run = log.Run(state, logged, eval_interval, n_params, layout.world, opened, n_adapter)
         exit_code, step = train_loop(
             policy, samplers, rollouts, task, layout, run, stop, pad_id, config)
     distributed.finish(layout)

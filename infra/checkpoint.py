@@ -1,6 +1,7 @@
 """A run's checkpoints in out_dir (log.py writes log.jsonl and config.json beside them): ckpt/, a
 Hugging Face model directory (fp32 weights and the tokenizer: transformers and vLLM load it as it
-is) with optimizer.pt and state.pt (step, counters, curriculum, the step's log row, the other files'
+is; with LoRA the adapter in PEFT's files, the base model's fingerprint in state.pt) with
+optimizer.pt and state.pt (step, counters, curriculum, the step's log row, the other files'
 sizes), written beside the old one and swapped in. On resume the checkpoint is checked and the log
 cut back to its step: it goes on with no gap and no duplicate. A write that fails (a full disk) ends
 the run in one line, leaving the log's complete rows and the last complete checkpoint
@@ -17,6 +18,7 @@ import torch
 from safetensors import safe_open
 
 import configurator
+from infra.lora import save_peft
 from infra.policy import full_state
 
 def fail(message):
@@ -128,11 +130,15 @@ def save(out_dir, policy, tokenizer, state):
     tmp, final, old = (os.path.join(out_dir, d) for d in ("ckpt.tmp", "ckpt", "ckpt.old"))
     with writing(tmp, undo=lambda: shutil.rmtree(tmp, ignore_errors=True)):  # failed: its room back
         shutil.rmtree(tmp, ignore_errors=True)
-        policy.model.save_pretrained(tmp, state_dict=weights, safe_serialization=True)
+        if policy.lora:  # the adapter only, in PEFT's files: the base is model_path's
+            os.makedirs(tmp)
+            save_peft(tmp, weights, policy.lora)
+        else:
+            policy.model.save_pretrained(tmp, state_dict=weights, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         torch.save(optimizer_state, os.path.join(tmp, "optimizer.pt"))
         files = {name: os.path.getsize(os.path.join(tmp, name)) for name in os.listdir(tmp)}
-        torch.save(dict(state, files=files), os.path.join(tmp, "state.pt"))
+        torch.save(dict(state, files=files, lora=policy.lora), os.path.join(tmp, "state.pt"))
         # a crash leaves ckpt or ckpt.old complete, never a half-written ckpt
         if os.path.isdir(final):
             shutil.rmtree(old, ignore_errors=True)

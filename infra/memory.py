@@ -12,6 +12,7 @@ from collections import namedtuple
 import torch
 
 import configurator
+from infra import lora
 
 GiB = 1 << 30
 Shape = namedtuple("Shape", "hidden layers intermediate vocab kv_dim tied params")
@@ -48,8 +49,9 @@ def total(terms):
 
 
 def trainer_phases(shape, trainers, sharded, dtype_bytes, tokens, checkpoint, sync_every=True,
-                   cpu=False):
-    """One trainer's two peaks -> {'backward': [(name, bytes, knob)], 'step': [...]}."""
+                   cpu=False, adapter=0):
+    """One trainer's two peaks -> {'backward': [(name, bytes, knob)], 'step': [...]}; adapter: LoRA's
+    parameters (0: full fine-tuning)."""
     H, L, I, V, kv_dim, tied, N = shape
     d = dtype_bytes
     T = trainers if sharded else 1
@@ -68,8 +70,14 @@ def trainer_phases(shape, trainers, sharded, dtype_bytes, tokens, checkpoint, sy
     held = [params, no_sync if sharded and not sync_every else grads, ("OptState", 8 * N / T, more)]
     step = [params, grads,
             ("OptState (moments + foreach's temporary, at AdamW's step)", 12 * N / T, more)]
+    if adapter:  # LoRA: the base frozen in the compute dtype, fp32 adapters alone trained
+        base = ("frozen base in the compute dtype", d * N / T, more)
+        adapters = [("fp32 adapters and their gradients", 8 * adapter / T, "lora_rank")]
+        held = [base, *adapters, ("OptState (the adapters')", 8 * adapter / T, "lora_rank")]
+        step = [base, *adapters, ("OptState (the adapters', at AdamW's step)", 12 * adapter / T,
+                                  "lora_rank")]
     # one process in bf16: policy.compute_copy (and its gradients)
-    if not sharded and d < 4:
+    if not sharded and d < 4 and not adapter:
         fsdp2 = "FSDP2 (separate sampler ranks)"
         held.append(("bf16 compute copy and its gradients", 2 * d * N, fsdp2))
         step.append(("bf16 compute copy", d * N, fsdp2))
@@ -80,9 +88,9 @@ def trainer_phases(shape, trainers, sharded, dtype_bytes, tokens, checkpoint, sy
     saved = tokens * (L * (H * d if checkpoint else per_layer) + (2 * d + 4) * H)
     # head.py's chunks: ~256 MB of fp32 logits
     chunk, many = min(tokens, (1 << 26) // V) * V * 4, tokens > (1 << 26) // V
-    # the head's gradient in the compute dtype; cpu: head.head_weight's fp32 upcast of a bf16 head
-    # too
-    grad = d * head
+    # the head's gradient in the compute dtype (LoRA: none, it is frozen); cpu: head.head_weight's
+    # fp32 upcast of a bf16 head too
+    grad = d * head * (not adapter)
     # in the head (head._HeadLogprobs): a chunk's logits, turned into their gradient in place, and
     # its bf16 cast; or autograd summing two chunks' gradients of the weight
     head_backward = (4 * head * (cpu and d < 4)
@@ -113,8 +121,9 @@ def kv_cache(shape, vllm_share, gpu_bytes):
     return kv, kv / (2 * shape.layers * shape.kv_dim * 2)
 
 
-def torch_sampler(shape, slots, max_len, dtype_bytes, fp32_head):
-    """The torch sampler beside a CPU rank's trainer, at its most -> [(term, bytes, knob)]."""
+def torch_sampler(shape, slots, max_len, dtype_bytes, fp32_head, lora=False):
+    """The torch sampler beside a CPU rank's trainer, at its most -> [(term, bytes, knob)]; lora: it
+    decodes with its own merged copy (else with the trainer's compute module)."""
     # its KV cache: `slots` rows (validation fills them all) of max_len columns, in GrowingLayer's
     # room, which doubles (and _splice starts at twice the columns); the head that head.head_weight
     # casts to fp32 once a version; a decode step's fp32 logits, their log-softmax and the draw's
@@ -124,19 +133,22 @@ def torch_sampler(shape, slots, max_len, dtype_bytes, fp32_head):
             ("fp32 head", 4 * shape.vocab * shape.hidden * (fp32_head and dtype_bytes < 4),
              "fp32_head"),
             ("a decode step's logits", 3 * 4 * slots * shape.vocab, "sampler_slots"),
-            ("Python, torch, transformers, the tokenizer", GiB // 2, "nothing")]
+            ("Python, torch, transformers, the tokenizer", GiB // 2, "nothing")] + [
+        ("the model, adapters merged (LoRA)", dtype_bytes * shape.params, "lora_rank")] * lora
 
 
 def plan(shape, trainers, sharded, n_samplers, one_gpu, dtype_bytes, tokens_per_micro_batch,
          checkpoint, max_len, vllm_share, bucket_bytes, gpu_bytes, sync_every=True, cpu=False,
-         expected_len=None, torch_slots=0, fp32_head=True):
-    """-> {role: [(term, bytes, knob)]}: 'trainer', and its sampler's (vLLM's or torch's)."""
+         expected_len=None, torch_slots=0, fp32_head=True, adapter=0):
+    """-> {role: [(term, bytes, knob)]}: 'trainer', and its sampler's (vLLM's or torch's); adapter:
+    LoRA's parameters."""
     # 'torch sampler beside the trainer': a CPU run's trainer module samples too, torch_slots rows
     # at once
     # the trainer at the larger of its peaks; vLLM on a GPU of its own, or beside the trainer in one
     # process; gpu_bytes: the device's total memory
     phases = trainer_phases(
-        shape, trainers, sharded, dtype_bytes, tokens_per_micro_batch, checkpoint, sync_every, cpu)
+        shape, trainers, sharded, dtype_bytes, tokens_per_micro_batch, checkpoint, sync_every, cpu,
+        adapter)
     roles = dict(trainer=max(phases.values(), key=total))
     if vllm_share:
         kv, tokens = kv_cache(shape, vllm_share, gpu_bytes)
@@ -150,7 +162,7 @@ def plan(shape, trainers, sharded, n_samplers, one_gpu, dtype_bytes, tokens_per_
         ] + [("weight bucket in flight", bucket_bytes, "weight_bucket_mb")] * (not one_gpu)
     if torch_slots:
         roles["torch sampler beside the trainer"] = torch_sampler(
-            shape, torch_slots, max_len, dtype_bytes, fp32_head)
+            shape, torch_slots, max_len, dtype_bytes, fp32_head, adapter > 0)
     return roles
 
 
@@ -203,7 +215,10 @@ def plan_run(path, layout, config, max_len):
     tokens = min(config["micro_batch_tokens"] or rows * max_len, rows * max_len)
     # slots_that_fit's
     expected = max_len - (config["think_budget_max"] + config["answer_budget"]) // 2
-    shape = shape_of(AutoConfig.from_pretrained(path))
+    model_config = AutoConfig.from_pretrained(path)
+    shape = shape_of(model_config)
+    adapter = config["lora_rank"] and lora.count(model_config, config["lora_rank"],
+                                                 config["lora_targets"])
     # sharded by FSDP2 when 2+ trainers sit beside sampler ranks (else data parallel)
     sharded = layout.trainers > 1 and layout.samplers > 0
     dtype_bytes = 2 if config["dtype"] == "bfloat16" else 4
@@ -212,7 +227,8 @@ def plan_run(path, layout, config, max_len):
     roles = plan(
         shape, layout.trainers, sharded, layout.samplers, one_gpu, dtype_bytes, tokens,
         config["checkpoint_activations"], max_len, share, config["weight_bucket_mb"] << 20, gpu,
-        cpu=cpu, expected_len=expected, torch_slots=torch_slots, fp32_head=config["fp32_head"])
+        cpu=cpu, expected_len=expected, torch_slots=torch_slots, fp32_head=config["fp32_head"],
+        adapter=adapter)
     warning = share and slots_warning(kv_cache(shape, share, gpu)[1], expected, slots)
     # on a CPU: this process's plan for each of the machine's processes (a sampler rank's weights
     # left out)

@@ -1,8 +1,9 @@
 """
 The trainer's policy: fp32 parameters and AdamW state, computing in `dtype` by FSDP2
-(MixedPrecisionPolicy) or by a bf16 copy in one process (the same numerics). Its way out (via
-distributed.py): the full weights gathered to the master for checkpoints, and cast buckets for the
-samplers (no second full copy).
+(MixedPrecisionPolicy) or by a bf16 copy in one process (the same numerics); with LoRA (lora.py) a
+frozen base in `dtype` and fp32 adapters, the only parameters AdamW sees. Its way out (via
+distributed.py): the full weights (the adapters) gathered to the master for checkpoints, and cast
+buckets of the weights (the adapted ones, merged) for the samplers (no second full copy).
 """
 # fp32 masters: an Adam step at the paper's lr 5e-7 is below bf16's resolution for most weights, so
 # bf16 master weights would not learn
@@ -19,12 +20,15 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optim
 from transformers import AutoModelForCausalLM
 
 import head
+from infra import lora as lora_adapters
 from infra.distributed import RemoteSamplers, bucket_plan, naming_peers, unflatten
 
-Policy = namedtuple("Policy", "model logprobs optimizer rank ranks sharded")
+Policy = namedtuple("Policy", "model logprobs optimizer rank ranks sharded lora",
+                    defaults=(None,))
 # model holds the fp32 parameters (AdamW steps them, checkpoints save them, the samplers get them
 # cast); logprobs (head.TokenLogprobs) computes with them, on the model itself or on its bf16 copy,
-# and is the FSDP2 root when sharded; rank / ranks: this trainer among the trainers.
+# and is the FSDP2 root when sharded; rank / ranks: this trainer among the trainers; lora: None
+# (full fine-tuning) or {rank, alpha, targets, base: the base model's fingerprint}.
 
 
 def native_bf16():
@@ -53,14 +57,23 @@ def resolve_dtype(name, device):
     return name, "as configured" + (", though this CPU has no native bf16" if slow else "")
 
 
-def load_policy(path, device, rank, ranks, sharded, dtype, checkpoint_activations, resume, **adamw):
-    """The trainer's Policy from a Hugging Face directory (and its optimizer.pt when resuming)."""
+def load_policy(path, device, rank, ranks, sharded, dtype, checkpoint_activations, resume_from,
+                lora=None, **adamw):
+    """The trainer's Policy from a Hugging Face directory; resume_from: a checkpoint's directory
+    (its optimizer.pt, and with LoRA its adapter) or None. lora: {rank, alpha, targets, seed}."""
     # sharded: FSDP2 over the `ranks` trainers (beside sampler ranks); otherwise every rank holds
     # the model
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).train()
+    if lora:  # the base, fingerprinted, held once in `dtype`, frozen
+        lora = dict(lora, base=lora_adapters.fingerprint(path))
+        model.to(dtype)
+        lora_adapters.add_adapters(model, lora["rank"], lora["alpha"], lora["targets"],
+                                   lora.pop("seed"))
+        if resume_from:
+            lora_adapters.load_peft(resume_from, model)
     if checkpoint_activations:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=dict(use_reentrant=False))
-    logprobs = head.TokenLogprobs(model if sharded else compute_copy(model, dtype))
+    logprobs = head.TokenLogprobs(model if sharded or lora else compute_copy(model, dtype))
     if sharded:
         shard(model, dtype, root=logprobs)
     # foreach: under FSDP2 every parameter is a DTensor (the root is sharded too), so the
@@ -68,14 +81,14 @@ def load_policy(path, device, rank, ranks, sharded, dtype, checkpoint_activation
     # what GPUs run. A CPU's plain tensors take the fused kernel: 2.8x foreach's speed here
     # (benchmarks/step_roofline.py)
     fused = not sharded and torch.device(device).type == "cpu"
-    optimizer = torch.optim.AdamW(model.parameters(), **{"fused" if fused else "foreach": True},
-                                  **adamw)
-    if resume:  # under FSDP2 trainer rank 0 reads it for all
-        state = (torch.load(os.path.join(path, "optimizer.pt"), weights_only=False)
+    trained = [p for p in model.parameters() if p.requires_grad]  # LoRA: the adapters
+    optimizer = torch.optim.AdamW(trained, **{"fused" if fused else "foreach": True}, **adamw)
+    if resume_from:  # under FSDP2 trainer rank 0 reads it for all
+        state = (torch.load(os.path.join(resume_from, "optimizer.pt"), weights_only=False)
                  if rank == 0 or not sharded else {})
         set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(
             full_state_dict=True, broadcast_from_rank0=sharded))
-    return Policy(model, logprobs, optimizer, rank, ranks, sharded)
+    return Policy(model, logprobs, optimizer, rank, ranks, sharded, lora)
 
 
 def shard(model, dtype, root):
@@ -96,7 +109,9 @@ def compute_copy(model, dtype):
 
 def sampler_module(policy, dtype):
     """A torch sampler's module in the trainer's process: the compute module if in `dtype`
-    (zero-copy updates), else compute_copy's (push_weights fills it)."""
+    (zero-copy updates), else compute_copy's (push_weights fills it); LoRA: the adapters merged."""
+    if policy.lora:
+        return lora_adapters.merged_copy(policy.model, dtype)
     compute = policy.logprobs.model
     same = next(compute.parameters()).dtype == dtype
     return compute if same else compute_copy(policy.model, dtype)
@@ -188,11 +203,11 @@ def gather_to_master(param, dtype):
 
 
 def full_state(policy):
-    """Every trainer calls it (gathers) -> rank 0: fp32 weights {name: CPU tensor}, full optimizer
-    state."""
+    """Every trainer calls it (gathers) -> rank 0: fp32 weights {name: CPU tensor} (LoRA: the
+    adapters'), full optimizer state."""
     # (None, None) on the other ranks
     weights = {name: gather_to_master(p, torch.float32)
-               for name, p in policy.model.named_parameters()}
+               for name, p in policy.model.named_parameters() if p.requires_grad}
     optimizer_state = get_optimizer_state_dict(
         policy.model, policy.optimizer,
         options=StateDictOptions(full_state_dict=True, cpu_offload=True))
@@ -201,9 +216,12 @@ def full_state(policy):
 
 
 def weight_plan(model, bucket_bytes, dtype):
-    """The buckets of a push: the model's parameters in order, sized as `dtype` (the samplers')."""
-    return bucket_plan([(name, tuple(p.shape)) for name, p in model.named_parameters()],
-                       bucket_bytes, torch.finfo(dtype).bits // 8)
+    """The buckets of a push: the model's parameters in order (LoRA: the adapted weights only, the
+    rest never changes), sized as `dtype` (the samplers')."""
+    adapted = lora_adapters.adapted(model)
+    named = ([(name, tuple(m.weight.shape)) for name, m in adapted.items()] if adapted else
+             [(name, tuple(p.shape)) for name, p in model.named_parameters()])
+    return bucket_plan(named, bucket_bytes, torch.finfo(dtype).bits // 8)
 
 
 def weight_buckets(model, plan, dtype):
@@ -211,11 +229,15 @@ def weight_buckets(model, plan, dtype):
     None."""
     # each tensor is packed into the bucket as its gather lands, so the master holds at most the
     # bucket and one gathered tensor (a bucket of one tensor is that tensor, not a copy)
-    params = dict(model.named_parameters())
+    params, adapted = dict(model.named_parameters()), lora_adapters.adapted(model)
     for bucket in plan:
         flat, offset = None, 0
         for name, shape in bucket:
-            full = gather_to_master(params[name], dtype)
+            if name in adapted:  # merged afresh in fp32 from the frozen base, then cast once
+                full = lora_adapters.merged(adapted[name], gather_to_master)
+                full = None if full is None else full.to(dtype)
+            else:
+                full = gather_to_master(params[name], dtype)
             if full is not None and len(bucket) == 1:
                 flat = full.reshape(-1)
             elif full is not None:

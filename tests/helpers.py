@@ -195,7 +195,7 @@ class Recorder:
 
     def step(self):
         self.grads = {n: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).clone()
-                      for n, p in self.model.named_parameters()}
+                      for n, p in self.model.named_parameters() if p.requires_grad}  # LoRA: the adapters
 
     def zero_grad(self, set_to_none=True):
         self.model.zero_grad(set_to_none=True)

@@ -133,6 +133,26 @@ def test_a_stop_signal_to_torchrun_reaches_every_rank_which_stop_checkpointed_an
     assert logged[-1] in (done, done - 1)  # done - 1: the stop left step done's validation to the resumed run
     assert_resumes_exactly(out, launch)
 
+
+@pytest.mark.slow
+def test_a_lora_run_of_2_fsdp2_trainers_stopped_and_resumed_checkpoints_its_adapter_alone(tiny_model_dir, tmp_path):
+    """LoRA (infra/lora.py): the trainers gather the sharded adapters, the checkpoint holds them alone (PEFT's
+    files), and on resume the sampler rank, which starts from the base, gets the adapter merged in by a push the
+    follower joins."""
+    out = tmp_path / "run"
+    launch = lambda *a, **k: torchrun(3, *a, "--n_samplers=1", "--lora_rank=4", "--lr=1e-3", **k)  # noqa: E731
+    result = launch(out, *EVERY, "--max_steps=100", fault=("SIGTERM>torchrun", "sampling", 3))
+    assert "harness: SIGTERM>torchrun at" in result.stdout + result.stderr, result.stderr[-3000:]
+    files = sorted(os.listdir(out / "ckpt"))
+    assert "adapter_model.safetensors" in files and not any(f.startswith("model") for f in files), files
+    assert (saved := saved_step(out)) >= 3
+    assert_resumes_exactly(out, launch)
+    rows = read_train_log(out)
+    # the first step after the resume trains on groups sampled after it (its groups in flight go out again): with
+    # the adapter merged in, the sampler rank's log-probs are the trainer's (the base's would miss by ~0.02)
+    first = rows[saved + 1]
+    assert first["policy_lag_max"] == 0 and first["logprob_mismatch"] < 1e-5, first
+
 # -----------------------------------------------------------------------------
 # kill -9 while a checkpoint is written: the last complete one is taken
 

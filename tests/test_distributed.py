@@ -266,6 +266,30 @@ def test_loss_and_gradient_of_a_fixed_batch_match_in_one_two_and_three_processes
 
 
 @pytest.mark.slow
+def test_with_lora_two_fsdp2_trainers_and_two_data_parallel_ranks_match_one_process(tiny_model_dir, tmp_path):
+    """LoRA: the adapters alone get gradients, reduced over the trainers (FSDP2's reduce-scatter, the
+    data-parallel all-reduce) to one process's. B is zero at step 0, so its gradient carries the whole
+    model's backward; A's is zero everywhere."""
+    results = {}
+    for name, nproc, args in [("1 process", 1, []), ("2 FSDP2 + 1 sampler", 3, ["--n_samplers=1"]),
+                              ("2 data-parallel ranks", 2, ["--n_samplers=0", "--prompts_per_step=2"])]:
+        out = tmp_path / f"{len(results)}.pt"
+        result = torchrun_harness(nproc, "fixed_batch", out, tiny_model_dir, "--micro_batch=4", "--lora_rank=4",
+                                  *args)
+        assert result.returncode == 0, result.stderr[-3000:]
+        results[name] = torch.load(out)
+    reference = results.pop("1 process")
+    assert all(k.endswith((".lora_A", ".lora_B")) for k in reference["grads"]) and len(reference["grads"]) == 42
+    assert all(g.abs().max() > 0 for k, g in reference["grads"].items() if k.endswith("lora_B"))
+    for name, r in results.items():
+        assert abs(r["loss"] - reference["loss"]) < 1e-5, name
+        assert abs(r["grad_norm"] - reference["grad_norm"]) < 1e-5 * max(1.0, reference["grad_norm"]), name
+        assert r["grads"].keys() == reference["grads"].keys()
+        for key, g in reference["grads"].items():
+            assert (r["grads"][key] - g).abs().max() < 1e-5, (name, key)
+
+
+@pytest.mark.slow
 def test_two_fsdp2_trainers_in_bf16_match_one_process_in_bf16(tiny_model_dir, tmp_path):
     """Mixed precision across ranks (FSDP2's MixedPrecisionPolicy, AdamW with foreach=True on DTensors) and
     in one process (a bf16 copy, fp32 master weights) agree to bf16's precision: they differ from each
