@@ -101,8 +101,9 @@ class _HeadLogprobs(torch.autograd.Function):
         d_logits.scatter_add_(1, targets[:, None], grad[:, None])
         d_logits = (d_logits / ctx.temperature).to(weight.dtype)
         d_bias = None if bias is None else d_logits.sum(0).to(bias.dtype)
-        return (d_logits @ weight, d_logits.t() @ hidden.to(weight.dtype), None, d_bias, None, None,
-                None, None)
+        # a frozen head (LoRA) gets no (V, H) gradient: a matmul as big as the head's forward, saved
+        d_weight = d_logits.t() @ hidden.to(weight.dtype) if ctx.needs_input_grad[1] else None
+        return d_logits @ weight, d_weight, None, d_bias, None, None, None, None
 
 
 def token_logprobs(model, input_ids, temperature=1.0, fp32_head=True, attention_mask=None,

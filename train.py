@@ -575,7 +575,7 @@ if __name__ == "__main__":
     # LoRA: the checkpoint holds the adapter; samplers start from the base, a push merges it in
     model_dir = base_path if lora_rank else load_path
     step = state["step"] if state else 0
-    task = load_task(load_path, layout)
+    task = load_task(model_dir, layout)
     pad_id = task.tokenizer.pad_token_id or 0  # None: 0
     # room for the longest prompt, the thinking, the interruption phrase and the answer
     max_len = (max(len(p.input_ids) for p in task.prompts + task.val_prompts) + think_budget_max

@@ -7,9 +7,10 @@
 #
 # 1. versions and the GPU (nvidia-smi), 2. the weight group at world size 1 as infra/distributed.py builds it (NCCL
 # on a GPU, gloo on a CPU): connect, a 2-bucket push through broadcast / receive_buckets, abort, 3. benchmarks/
-# gpu_single.py (trainer and torch sampler on a Qwen3-0.6B-shaped model; --small on a CPU), 4. train.py's
-# one-process loop on the built-in task for 4 steps (memory plan, bf16 compute, fp32 head in sampler and trainer,
-# validation, a checkpoint). Each step's output goes to $OUT/<step>.log; summary.json holds every figure.
+# gpu_single.py (trainer and torch sampler on a Qwen3-0.6B-shaped model, full fine-tuning and LoRA; --small on a
+# CPU), 4. train.py's one-process loop on the built-in task for 4 steps (memory plan, bf16 compute, fp32 head in
+# sampler and trainer, validation, a checkpoint), 5. the same with LoRA (rank 8). Each step's output goes to
+# $OUT/<step>.log; summary.json holds every figure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 DEVICE=cuda
@@ -71,17 +72,22 @@ fi
 step train 240 python train.py --device="$DEVICE" --dtype=bfloat16 --out_dir="$OUT/train" --max_steps=4 \
     --eval_interval=2 --ckpt_interval=2 --n_val=16 --eval_samples=4 --prompts_per_step=8 --sampler_slots=256 \
     --max_minutes=3
+step train_lora 120 python train.py --device="$DEVICE" --dtype=bfloat16 --out_dir="$OUT/train_lora" --max_steps=4 \
+    --eval_interval=2 --ckpt_interval=2 --n_val=16 --eval_samples=4 --prompts_per_step=8 --sampler_slots=256 \
+    --max_minutes=1.5 --lora_rank=8 --lr=1e-3
 
 python - "$OUT" <<'EOF'
 import json, os, sys
 out = sys.argv[1]
 last_json = lambda name: next((json.loads(line) for line in reversed(open(os.path.join(out, name)).read().splitlines())
                                if line.startswith("{")), None) if os.path.exists(os.path.join(out, name)) else None
-log = os.path.join(out, "train", "log.jsonl")
-rows = [json.loads(line) for line in open(log)][1:] if os.path.exists(log) else []
+def rows(run):
+    log = os.path.join(out, run, "log.jsonl")
+    return [json.loads(line) for line in open(log)][1:] if os.path.exists(log) else []
 summary = dict(steps=open(os.path.join(out, "steps.txt")).read().splitlines(), weight_group=last_json("weight_group.log"),
-               gpu_single=last_json("gpu_single.log"), train=rows, env=open(os.path.join(out, "env.log")).read()[:3000])
+               gpu_single=last_json("gpu_single.log"), train=rows("train"), train_lora=rows("train_lora"),
+               env=open(os.path.join(out, "env.log")).read()[:3000])
 json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
-print(json.dumps(dict(steps=summary["steps"], train_steps=[r["step"] for r in rows])))
+print(json.dumps(dict(steps=summary["steps"], train_steps=[r["step"] for r in summary["train"]])))
 EOF
 exit $status

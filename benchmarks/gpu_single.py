@@ -16,6 +16,9 @@ tokens, trained although cut at the length limit):
           AdamW state (foreach=True, on DTensors), bf16 compute by MixedPrecisionPolicy, the root sharded; the
           sampler is a bf16 copy of its own that policy.push_weights feeds in buckets, as it feeds vLLM
   single  train.make_policy in one process: fp32 master weights, a bf16 compute copy the sampler decodes with
+  lora, fsdp2_lora  single and fsdp2 with LoRA (--lora_rank, every linear layer of the blocks): a frozen bf16
+          base, fp32 adapters alone in AdamW; the sampler holds the merged model (policy.sampler_module, or its own
+          copy of the base for fsdp2_lora) and a push sends the adapted weights merged in fp32
 
 Figures, one line each, then one JSON line for the README:
   load, push    s to build the policy and its sampler; s of a push, and whether the sampler then holds exactly
@@ -23,9 +26,10 @@ Figures, one line each, then one JSON line for the README:
   sample        s, sampler tokens/s (completion tokens / wall time), peak GPU memory of the phase
   logprob gap   mean and max |trainer - behaviour log-prob| over the batch at lag 0 (bf16 trainer forward)
   step k        s, trained tokens (prompts + completions), MFU = 6 N tokens / s / --peak_flops (N counts the
-                tied embedding once, the checkpointed recompute not at all), peak GPU memory of the step; the
-                last step is the warm one
-  changed       the fraction of the fp32 master weights that the first step moved (expect >= 0.99)
+                tied embedding once, the checkpointed recompute not at all; LoRA: 4 N + 6 N_adapter, log.count's),
+                peak GPU memory of the step; the last step is the warm one
+  changed       the fraction of the fp32 master weights (LoRA: adapters) the first step moved (expect >= 0.99;
+                LoRA ~0.5: A does not move while B is zero)
   plan          memory.py's estimate for the trainer, beside the last step's measured peak
 Written against torch 2.13; the GPU machine has 2.11. Relied on: torch.distributed.fsdp.fully_shard and
 MixedPrecisionPolicy (public since 2.6), and torch.mm(..., out_dtype=) on CUDA (head.py's fp32 head). That
@@ -54,7 +58,8 @@ from infra import distributed  # noqa: E402
 import head  # noqa: E402
 from infra import memory  # noqa: E402
 import train  # noqa: E402
-from infra.policy import push_weights, resolve_dtype, weight_plan  # noqa: E402
+from infra import lora  # noqa: E402
+from infra.policy import push_weights, resolve_dtype, sampler_module, weight_plan  # noqa: E402
 from sample import TorchSampler  # noqa: E402
 
 FULL = dict(hidden_size=1024, num_hidden_layers=28, intermediate_size=3072, num_attention_heads=16,
@@ -156,7 +161,8 @@ def logprob_gap(policy, groups, rows_per_forward, device):
 def run_path(name, model_dir, layout, prompts, args, device, out):
     """One trainer set-up, end to end: its figures into `out` as they come (a failure keeps those before it)."""
     t = now(device)
-    if name == "fsdp2":
+    train.configure([f"--lora_rank={args.lora_rank if name.endswith('lora') else 0}"])
+    if name.startswith("fsdp2"):
         if not dist.is_initialized():  # FSDP2 needs a default process group: one rank, on a store of our own
             dist.init_process_group("cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo",
                                     store=dist.HashStore(), rank=0, world_size=1)
@@ -167,7 +173,8 @@ def run_path(name, model_dir, layout, prompts, args, device, out):
         sampler_model = sampler_model.to(device).eval()  # a sampler's own copy, as train.make_sampler makes it
     else:
         policy = train.make_policy(model_dir, layout)
-        sampler_model = policy.logprobs.model  # the trainer's compute copy itself
+        # the trainer's compute copy itself (LoRA: a merged copy)
+        sampler_model = sampler_module(policy, getattr(torch, train.dtype))
     sampler = TorchSampler(sampler_model, temperature=train.temperature, fp32_head=train.fp32_head,
                            max_seqs=len(prompts) * args.samples, seed=args.seed, eos_ids=(), think_budget=None,
                            max_new_tokens=args.new_tokens)
@@ -175,9 +182,11 @@ def run_path(name, model_dir, layout, prompts, args, device, out):
     t = now(device)
     push_weights(policy, sampler, 0, getattr(torch, train.dtype), train.weight_bucket_mb << 20)  # fsdp2: buckets
     out["push_s"] = now(device) - t
-    received = dict(sampler.model.named_parameters())
-    exact = lambda: all(torch.equal(received[n], whole(p).to(received[n].dtype))
-                        for n, p in policy.model.named_parameters())
+    received, adapted = dict(sampler.model.named_parameters()), lora.adapted(policy.model)
+    weight = lambda n, p: lora.merged(adapted[n], lambda q, d: whole(q).detach().to(d)) if n in adapted \
+        else whole(p)  # LoRA: merged in fp32, then cast as the push casts it
+    exact = lambda: all(torch.equal(received[n], weight(n, p).to(received[n].device, received[n].dtype))
+                        for n, p in policy.model.named_parameters() if n in received)
     out["push_exact"] = exact()  # and again after the last step, when the weights have moved
     buckets = len(weight_plan(policy.model, train.weight_bucket_mb << 20, getattr(torch, train.dtype)))
     how = "shared module" if sampler_model is policy.logprobs.model else f"{buckets} bucket{'s' if buckets > 1 else ''}"
@@ -197,22 +206,25 @@ def run_path(name, model_dir, layout, prompts, args, device, out):
           f"max {out['logprob_gap_max']:.2e}", flush=True)
 
     n_params = sum(p.numel() for p in policy.model.parameters())  # DTensors count their global size
+    trained = [p for p in policy.model.parameters() if p.requires_grad]
+    n_trained = sum(p.numel() for p in trained)
+    flops_per_token = 4 * n_params + 2 * n_trained  # 6N; LoRA 4 N + 6 N_adapter
+    out["trained_params"] = n_trained
     for step in range(args.steps):
-        before = [whole(p).detach().to("cpu", copy=True) for p in policy.model.parameters()] if step == 0 else None
+        before = [whole(p).detach().to("cpu", copy=True) for p in trained] if step == 0 else None
         reset_peak(device)
         t = now(device)
         stats = train.train_step(policy, groups, step, 0)
         seconds = now(device) - t
         assert "skipped" not in stats and stats["effective_prompts"] == len(groups), stats
-        mfu = 6 * n_params * stats["trained_tokens"] / seconds / args.peak_flops
+        mfu = flops_per_token * stats["trained_tokens"] / seconds / args.peak_flops
         out.update(step_s=seconds, trained_tokens=stats["trained_tokens"], mfu=mfu, step_peak_gib=peak_gib(device))
         line = f"{name}: step {step + 1} {seconds:.2f} s | {stats['trained_tokens']} tokens | MFU {mfu:.1%} | " \
                f"peak {out['step_peak_gib']} GiB | loss {stats['loss']:+.4f} | grad norm {stats['grad_norm']:.3g}"
         if before:
-            changed = sum((whole(p).detach().cpu() != b).sum().item()
-                          for p, b in zip(policy.model.parameters(), before))
-            out.update(changed=changed / n_params, train_step_mismatch=stats["logprob_mismatch"])
-            line += f" | changed {out['changed']:.4f} of the master weights"
+            changed = sum((whole(p).detach().cpu() != b).sum().item() for p, b in zip(trained, before))
+            out.update(changed=changed / n_trained, train_step_mismatch=stats["logprob_mismatch"])
+            line += f" | changed {out['changed']:.4f} of the trained weights"
         t = now(device)
         push_weights(policy, sampler, step + 1, getattr(torch, train.dtype), train.weight_bucket_mb << 20)
         out["push_after_step_s"], out["push_exact"] = now(device) - t, out["push_exact"] and exact()
@@ -224,8 +236,9 @@ if __name__ == "__main__":
     parser.add_argument("--small", action="store_true", help="toy sizes: the CPU smoke run of the same code paths")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    parser.add_argument("--paths", default="fsdp2,single", help="which trainers, in this order")
+    parser.add_argument("--paths", default="fsdp2,single,lora", help="which trainers, in this order")
     parser.add_argument("--steps", type=int, default=2, help="optimizer steps per path, on the one sampled batch")
+    parser.add_argument("--lora_rank", type=int, default=8, help="the lora paths' rank")
     for key, full in SIZES["full"].items():
         parser.add_argument(f"--{key}", type=int, help=f"default {full} ({SIZES['small'][key]} with --small)")
     parser.add_argument("--lr", type=float, default=5e-7)
@@ -294,8 +307,10 @@ if __name__ == "__main__":
                 traceback.print_exc()
                 result[name]["error"] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
             path_s = result[name]["wall_s"] = time.perf_counter() - t
-            plan = memory.plan(plan_shape, 1, name == "fsdp2", 0, True, 2 if args.dtype == "bfloat16" else 4,
-                               args.micro_batch_tokens, True, args.prompt_len + args.new_tokens, 0.0, 1 << 30, 0)
+            plan = memory.plan(plan_shape, 1, name.startswith("fsdp2"), 0, True,
+                               2 if args.dtype == "bfloat16" else 4, args.micro_batch_tokens, True,
+                               args.prompt_len + args.new_tokens, 0.0, 1 << 30, 0,
+                               adapter=result[name].get("trained_params", 0) * name.endswith("lora"))
             result[name]["plan_gib"] = round(sum(b for _, b, _ in plan["trainer"]) / GiB, 2)
             print(f"{name}: memory.py's plan for the trainer {result[name]['plan_gib']} GiB, measured peak of the last "
                   f"step {result[name].get('step_peak_gib')} GiB | path wall {path_s:.0f} s", flush=True)

@@ -5,11 +5,15 @@ rewards), with the tokens, the truncation rate and the sampler's speed. RL sharp
 does: look for pass@1 of roughly 0.1-0.5 with a pass@k well above it.
 
     python benchmarks/pass_rates.py config/smollm2_cpu.py --data_path=.cache/smollm2/svamp.jsonl,.cache/smollm2/asdiv.jsonl
-    (any train.py --key=value; n_val prompts per dataset x eval_samples samples; --show=2 prints completions)
+    (any train.py --key=value; n_val prompts per dataset x eval_samples samples; --show=2 prints completions,
+    --show_paid=20 the first 20 the reward paid; --adapter=out/ckpt samples a LoRA run's model: model_path's base
+    with that checkpoint's adapter merged in)
 """
 
+import json
 import os
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -20,16 +24,34 @@ import data  # noqa: E402
 from infra import distributed  # noqa: E402
 import rewards  # noqa: E402
 import train  # noqa: E402
+from infra import lora  # noqa: E402
 from infra.policy import resolve_dtype  # noqa: E402
 
+
+def merged_model(base, adapter):
+    """`base` with a LoRA checkpoint's adapter (PEFT's files) merged in, in a temporary directory -> its path."""
+    from transformers import AutoModelForCausalLM
+    config = json.load(open(os.path.join(adapter, "adapter_config.json")))
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    lora.add_adapters(model, config["r"], config["lora_alpha"], ",".join(config["target_modules"]), seed=0)
+    lora.load_peft(adapter, model)
+    out = tempfile.mkdtemp()
+    lora.merged_copy(model, torch.float32).save_pretrained(out)
+    data.load_tokenizer(base).save_pretrained(out)
+    return out
+
 if __name__ == "__main__":
-    show = int(next((a.split("=")[1] for a in sys.argv[1:] if a.startswith("--show=")), 0))
-    train.configure([a for a in sys.argv[1:] if not a.startswith("--show=")])
+    ours = {a.split("=")[0][2:]: a.split("=", 1)[1] for a in sys.argv[1:]
+            if a.startswith(("--show=", "--show_paid=", "--adapter="))}
+    show, show_paid = int(ours.get("show", 0)), int(ours.get("show_paid", 0))
+    train.configure([a for a in sys.argv[1:] if a.split("=")[0][2:] not in ours])
     # as train.py resolves it
     train.sampler_dtype, why = resolve_dtype(train.sampler_dtype, train.device)
     print(f"the sampler computes in {train.sampler_dtype} ({why})", flush=True)
     torch.manual_seed(train.seed)
     path = train.model_path or train.tiny_model()
+    if "adapter" in ours:
+        path = merged_model(path, ours["adapter"])
     layout = distributed.Layout(0, 1, "single", 1, 0, 0, torch.device(train.device), None, None, None, None)
     for data_path in train.data_path.split(","):
         task = data.load_task(data_path, path, 1, train.n_val, train.data_seed, train.prompt_field or None,
@@ -53,5 +75,6 @@ if __name__ == "__main__":
               f"{(passed.any(1) & ~passed.all(1)).mean():.2f} | {np.mean([len(c.token_ids) for _, c in completions]):.0f} "
               f"tokens a completion | truncated {np.mean([c.finish_reason == 'truncated' for _, c in completions]):.2f} | "
               f"{tokens / seconds:.0f} tokens/s ({seconds:.0f} s)", flush=True)
-        for (prompt, c), text, ok in list(zip(completions, texts, passed.reshape(-1)))[:show]:
+        shown = list(zip(completions, texts, passed.reshape(-1)))
+        for (prompt, c), text, ok in shown[:show] + [s for s in shown if s[2]][:show_paid]:
             print(f"--- {prompt.id} (answer {prompt.answer}, {'right' if ok else 'wrong'}): {prompt.text}\n{text}")

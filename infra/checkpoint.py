@@ -130,12 +130,12 @@ def save(out_dir, policy, tokenizer, state):
     tmp, final, old = (os.path.join(out_dir, d) for d in ("ckpt.tmp", "ckpt", "ckpt.old"))
     with writing(tmp, undo=lambda: shutil.rmtree(tmp, ignore_errors=True)):  # failed: its room back
         shutil.rmtree(tmp, ignore_errors=True)
-        if policy.lora:  # the adapter only, in PEFT's files: the base is model_path's
+        if policy.lora:  # the adapter only, in PEFT's files: the base (and its tokenizer) is model_path's
             os.makedirs(tmp)
             save_peft(tmp, weights, policy.lora)
         else:
             policy.model.save_pretrained(tmp, state_dict=weights, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
         torch.save(optimizer_state, os.path.join(tmp, "optimizer.pt"))
         files = {name: os.path.getsize(os.path.join(tmp, name)) for name in os.listdir(tmp)}
         torch.save(dict(state, files=files, lora=policy.lora), os.path.join(tmp, "state.pt"))

@@ -8,9 +8,9 @@ so step 0 is the base model bit for bit. Only A and B reach AdamW (fp32); the ba
 the compute dtype (no fp32 master copy, no moments: a 0.5B model's run state goes from ~7.5 GB to
 ~50 MB at rank 8). The samplers decode with W + (alpha / r) B A, merged afresh in fp32 from the
 frozen W at each version (never merged and unmerged in place: bf16 round trips drift), and only the
-adapted weights are pushed (the rest never changes). A checkpoint holds the adapter in PEFT's format
-(adapter_config.json, adapter_model.safetensors: PEFT and vLLM's LoRA serving load it) and the base
-model's fingerprint, so a resume onto another base is refused.
+adapted weights are pushed (the rest never changes). A checkpoint holds the adapter in the files PEFT
+writes (adapter_config.json, adapter_model.safetensors; vLLM's LoRA serving loads them: a test) and the
+base model's fingerprint, so a resume onto another base is refused.
 
     add_adapters(model, rank, alpha, targets, seed)  the adapted modules' names (ValueError: a
                              target that matches nothing); count(config, rank, targets): how many
@@ -104,8 +104,11 @@ def merged(module, gather=lambda p, dtype: p.detach().to(dtype)):
 
 @torch.no_grad()
 def merged_copy(model, dtype):
-    """A plain model (nn.Linear again) in `dtype` with every adapter merged in."""
-    copied, sources = copy.deepcopy(model).to(dtype), adapted(model)
+    """A plain model (nn.Linear again) with every adapter merged in, its parameters in `dtype` (its
+    buffers as they are: policy.cast)."""
+    copied, sources = copy.deepcopy(model), adapted(model)
+    for p in copied.parameters():
+        p.data = p.data.to(dtype)
     for name, m in adapted(copied).items():
         m.weight.copy_(merged(sources[name]))  # from the base as held: one rounding, to `dtype`
         del m.lora_A, m.lora_B, m.scale

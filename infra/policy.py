@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM
 
 import head
 from infra import lora as lora_adapters
-from infra.distributed import RemoteSamplers, bucket_plan, naming_peers, unflatten
+from infra.distributed import RemoteSamplers, bucket_plan, naming_peers
 
 Policy = namedtuple("Policy", "model logprobs optimizer rank ranks sharded lora",
                     defaults=(None,))
@@ -66,7 +66,7 @@ def load_policy(path, device, rank, ranks, sharded, dtype, checkpoint_activation
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).train()
     if lora:  # the base, fingerprinted, held once in `dtype`, frozen
         lora = dict(lora, base=lora_adapters.fingerprint(path))
-        model.to(dtype)
+        cast(model, dtype)
         lora_adapters.add_adapters(model, lora["rank"], lora["alpha"], lora["targets"],
                                    lora.pop("seed"))
         if resume_from:
@@ -101,10 +101,20 @@ def shard(model, dtype, root):
     fully_shard(root, mp_policy=mixed)
 
 
+def cast(model, dtype):
+    """`model`'s parameters in `dtype`, in place; its buffers (RoPE's inv_freq) stay fp32, as
+    from_pretrained(dtype=...), FSDP2 and vLLM keep them -> model."""
+    # model.to(bf16) would round inv_freq too: a position p's angle then moves by up to ~p * 2^-9
+    # radians a frequency, and the trainer no longer computes the samplers' model
+    for p in model.parameters():
+        p.data = p.data.to(dtype)
+    return model
+
+
 def compute_copy(model, dtype):
     """FSDP2's numerics without FSDP2: a `dtype` copy computes, kept in step by add_grads and
     copy_weights."""
-    return model if dtype == torch.float32 else copy.deepcopy(model).to(dtype)
+    return model if dtype == torch.float32 else cast(copy.deepcopy(model), dtype)
 
 
 def sampler_module(policy, dtype):
@@ -224,20 +234,27 @@ def weight_plan(model, bucket_bytes, dtype):
     return bucket_plan(named, bucket_bytes, torch.finfo(dtype).bits // 8)
 
 
+def full_weights(model, names, dtype):
+    """Every trainer iterates it (gathers) -> (name, its full `dtype` tensor on the master, else
+    None); LoRA's adapted weights merged afresh in fp32 from the frozen base, then cast once."""
+    params, adapted = dict(model.named_parameters()), lora_adapters.adapted(model)
+    for name in names:
+        if name in adapted:
+            full = lora_adapters.merged(adapted[name], gather_to_master)
+            yield name, None if full is None else full.to(dtype)
+        else:
+            yield name, gather_to_master(params[name], dtype)
+
+
 def weight_buckets(model, plan, dtype):
     """Every trainer iterates it (gathers) -> one flat `dtype` tensor a bucket on the master, else
     None."""
     # each tensor is packed into the bucket as its gather lands, so the master holds at most the
     # bucket and one gathered tensor (a bucket of one tensor is that tensor, not a copy)
-    params, adapted = dict(model.named_parameters()), lora_adapters.adapted(model)
     for bucket in plan:
         flat, offset = None, 0
-        for name, shape in bucket:
-            if name in adapted:  # merged afresh in fp32 from the frozen base, then cast once
-                full = lora_adapters.merged(adapted[name], gather_to_master)
-                full = None if full is None else full.to(dtype)
-            else:
-                full = gather_to_master(params[name], dtype)
+        for (name, shape), (_, full) in zip(bucket, full_weights(model, [n for n, _ in bucket],
+                                                                 dtype)):
             if full is not None and len(bucket) == 1:
                 flat = full.reshape(-1)
             elif full is not None:
@@ -258,12 +275,11 @@ def push_weights(policy, samplers, version, dtype, bucket_bytes):
     if any(getattr(samplers, "model", None) is m for m in (policy.logprobs.model, policy.model)):
         return samplers.update_weights(None, version)
     plan = weight_plan(policy.model, bucket_bytes, dtype)
-    flats = weight_buckets(policy.model, plan, dtype)
-    if samplers is None:
-        for _ in flats:
+    if samplers is None:  # a follower: its part of the gathers
+        for _ in weight_buckets(policy.model, plan, dtype):
             pass
     elif isinstance(samplers, RemoteSamplers):
-        samplers.update_weights(plan, flats, dtype, version)
-    else:
-        named = (t for bucket, flat in zip(plan, flats) for t in unflatten(bucket, flat))
-        samplers.update_weights(named, version)
+        samplers.update_weights(plan, weight_buckets(policy.model, plan, dtype), dtype, version)
+    else:  # in this process (no gathers: nothing sharded): tensor by tensor, no bucket held
+        samplers.update_weights(full_weights(policy.model, [n for b in plan for n, _ in b], dtype),
+                                version)

@@ -28,14 +28,20 @@ def test_the_gpu_device_script_runs_every_step_on_cpu_stand_ins(tiny_model_dir, 
                             text=True, timeout=900, env={**os.environ, "OUT": str(tmp_path)})
     assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
     summary = json.load(open(tmp_path / "summary.json"))
-    assert [line.split(":")[0] for line in summary["steps"]] == ["env", "weight_group", "gpu_single", "train"]
+    assert [line.split(":")[0] for line in summary["steps"]] == ["env", "weight_group", "gpu_single", "train",
+                                                                  "train_lora"]
     assert summary["weight_group"]["received"] == ["a", "b", "c"] and summary["weight_group"]["buckets"] == 2
     for path in ("fsdp2", "single"):  # FSDP2 at world size 1 (foreach AdamW on DTensors) and one process
         figures = summary["gpu_single"][path]
         assert figures["push_exact"] and figures["changed"] >= 0.99, figures
         assert figures["logprob_gap_max"] < 1e-2  # bf16 trainer against the bf16 sampler, lag 0
-    assert [r["step"] for r in summary["train"]] == [0, 1, 2, 3, 4] and "val_reward" in summary["train"][-1]
-    assert os.path.isdir(tmp_path / "train" / "ckpt")
+    lora = summary["gpu_single"]["lora"]  # B moves, A not yet (B was zero): about half of the adapters' weights
+    assert lora["push_exact"] and 0.3 < lora["changed"] < 0.8 and lora["trained_params"] < 0.1 * summary["gpu_single"]["params"]
+    assert lora["logprob_gap_max"] < 1e-2
+    for run in ("train", "train_lora"):
+        assert [r["step"] for r in summary[run]] == [0, 1, 2, 3, 4] and "val_reward" in summary[run][-1]
+        assert os.path.isdir(tmp_path / run / "ckpt")
+    assert os.path.isfile(tmp_path / "train_lora" / "ckpt" / "adapter_model.safetensors")
 
 
 @pytest.mark.slow

@@ -50,6 +50,23 @@ def test_bf16_compute_with_fp32_master_weights_moves_every_weight_at_lr_5e_7(tin
     assert all(torch.equal(pushed[n], p.to(torch.bfloat16)) for n, p in policy.model.named_parameters())
 
 
+def test_a_bf16_compute_copy_keeps_ropes_fp32_frequencies_and_computes_from_pretraineds_bf16_model(tiny_model_dir):
+    """policy.cast rounds the parameters only. model.to(bf16) would round RoPE's inv_freq buffer too, which
+    from_pretrained(dtype=bfloat16), FSDP2 and vLLM keep in fp32: the trainer would compute another model than its
+    samplers (on one H200, a lag-0 log-prob gap of 1.9e-2 against 6.3e-3)."""
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    copy = P.compute_copy(model, torch.bfloat16)
+    loaded = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16).eval()
+    assert {n: b.dtype for n, b in copy.named_buffers()} == {n: b.dtype for n, b in loaded.named_buffers()}
+    assert all(b.dtype == torch.float32 for _, b in copy.named_buffers())
+    ids = torch.arange(3, 3 + 600).remainder(model.config.vocab_size - 3)[None] + 3  # positions up to 600
+    with torch.no_grad():
+        assert torch.equal(copy(ids).logits, loaded(ids).logits)
+        rounded = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).to(torch.bfloat16)
+        assert not torch.equal(rounded(ids).logits, loaded(ids).logits)  # what .to(bf16) did
+
+
 def test_bf16_weights_stepped_without_an_fp32_master_barely_move_at_lr_5e_7(tiny_model_dir):
     """The failure the fp32 master weights fix: AdamW on bf16 parameters rounds most updates away."""
     from transformers import AutoModelForCausalLM
