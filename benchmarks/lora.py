@@ -8,8 +8,9 @@ of its own (so that each peak resident memory is its own):
 For each set-up (lora_rank 0, then each of --ranks; every linear layer of the blocks), train.py's own pieces:
   train step   s of train.train_step on a fixed batch of rows x (prompt_len + completion_len) tokens (the second
                step: the first warms up), micro-batches of 4 rows
-  push         s and bytes of policy.push_weights into the torch sampler (full: 0 bytes when the sampler decodes
-               with the trainer's own compute module; LoRA: the adapted weights, merged in fp32, cast)
+  push         s of policy.push_weights into the torch sampler (full: nothing to copy when the sampler decodes
+               with the trainer's own compute module, push_shared); bytes a push to a sampler rank or to vLLM
+               carries (full: every weight; LoRA: the adapted weights, merged in fp32, cast)
   decode       tokens/s of sample.TorchSampler, decode_rows rows of decode_tokens tokens
   checkpoint   bytes of checkpoint.save's directory (weights or adapter, AdamW's state, the tokenizer)
   peak RSS     the process's peak resident memory (VmHWM) over all of it
@@ -31,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import configurator  # noqa: E402
 
 DEFAULTS = dict(model_path="", ranks="8 32", rows=16, prompt_len=150, completion_len=150, decode_rows=64,
-                decode_tokens=32, dtype="auto", lr=1e-5, one="")
+                decode_tokens=32, dtype="auto", lr=1e-5, one=-1)  # one: a set-up's rank, in its own process
 
 
 def one(args, rank):
@@ -70,12 +71,13 @@ def one(args, rank):
     shared = sampler.model is policy.logprobs.model
     started = time.perf_counter()
     P.push_weights(policy, sampler, 2, dtype, 1 << 30)
-    figures.update(push_s=time.perf_counter() - started, push_bytes=0 if shared else pushed)
+    figures.update(push_s=time.perf_counter() - started, push_bytes=pushed, push_shared=shared)
     for i in range(args["decode_rows"] // 8):
         sampler.add(i, tokens(args["prompt_len"]), 8)
     started, decoded = time.perf_counter(), 0
     while sampler.num_unfinished:
         decoded += sampler.step()
+        sampler.pop_finished()
     figures["decode_tokens_per_s"] = decoded / (time.perf_counter() - started)
     out = tempfile.mkdtemp()
     try:
@@ -91,8 +93,8 @@ def one(args, rank):
 
 if __name__ == "__main__":
     args = configurator.configure(DEFAULTS, sys.argv[1:], "benchmarks/lora.py")
-    if args["one"] != "":
-        print(json.dumps(one(args, int(args["one"]))), flush=True)
+    if args["one"] >= 0:
+        print(json.dumps(one(args, args["one"])), flush=True)
         sys.exit(0)
     if not os.path.isdir(args["model_path"]):
         configurator.fail("benchmarks/lora.py", f"model_path={args['model_path']!r}: no such directory")
