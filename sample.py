@@ -44,9 +44,9 @@ class _Seq:  # one running completion
 
     # which of Sampler._push's rules applies: 'capped' (no <think> open, or the ablation),
     # 'thinking', 'interrupting' (the forced phrase going in, masked) or 'answering'
-    # (after '</think>'); docs/own_model_and_data.md, "Models that do not think": inside <think>, the drawn thinking
-    # budget appends interrupt_ids and answer_budget tokens after '</think>' end it; outside,
-    # max_new_tokens caps it
+    # (after '</think>'); docs/own_model_and_data.md, "Models that do not think": inside <think>,
+    # the drawn thinking budget appends interrupt_ids and answer_budget tokens after '</think>'
+    # end it; outside, max_new_tokens caps it
     @property
     def phase(self):
         if self.think_budget is None or not self.thinking:

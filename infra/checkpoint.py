@@ -130,7 +130,7 @@ def save(out_dir, policy, tokenizer, state):
     tmp, final, old = (os.path.join(out_dir, d) for d in ("ckpt.tmp", "ckpt", "ckpt.old"))
     with writing(tmp, undo=lambda: shutil.rmtree(tmp, ignore_errors=True)):  # failed: its room back
         shutil.rmtree(tmp, ignore_errors=True)
-        if policy.lora:  # the adapter only, in PEFT's files: the base (and its tokenizer) is model_path's
+        if policy.lora:  # the adapter only, in PEFT's files: base and tokenizer are model_path's
             os.makedirs(tmp)
             save_peft(tmp, weights, policy.lora)
         else:

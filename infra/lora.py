@@ -8,9 +8,9 @@ so step 0 is the base model bit for bit. Only A and B reach AdamW (fp32); the ba
 the compute dtype (no fp32 master copy, no moments: a 0.5B model's run state goes from ~7.5 GB to
 ~50 MB at rank 8). The samplers decode with W + (alpha / r) B A, merged afresh in fp32 from the
 frozen W at each version (never merged and unmerged in place: bf16 round trips drift), and only the
-adapted weights are pushed (the rest never changes). A checkpoint holds the adapter in the files PEFT
-writes (adapter_config.json, adapter_model.safetensors; vLLM's LoRA serving loads them: a test) and the
-base model's fingerprint, so a resume onto another base is refused.
+adapted weights are pushed (the rest never changes). A checkpoint holds the adapter in the files
+PEFT writes (adapter_config.json, adapter_model.safetensors; vLLM's LoRA serving loads them: a
+test) and the base model's fingerprint, so a resume onto another base is refused.
 
     add_adapters(model, rank, alpha, targets, seed)  the adapted modules' names (ValueError: a
                              target that matches nothing); count(config, rank, targets): how many
@@ -22,6 +22,7 @@ base model's fingerprint, so a resume onto another base is refused.
 """
 
 import copy
+import functools
 import glob
 import hashlib
 import json
@@ -116,9 +117,11 @@ def merged_copy(model, dtype):
     return copied
 
 
+@functools.lru_cache
 def fingerprint(path):
     """A model directory's identity, whatever dtype holds it: a hash of its safetensors' every
-    tensor's name, shape and 1,024 of its values in fp32 (read in a second, never loaded whole)."""
+    tensor's name, shape and 1,024 of its values in fp32. Read once a process (a resume checks it
+    before the policy loads, which records it)."""
     digest = hashlib.sha256()
     for file in sorted(glob.glob(os.path.join(path, "*.safetensors"))):
         with safe_open(file, "pt") as f:
