@@ -171,6 +171,16 @@ class TorchSampler(Sampler):
         self.mask = torch.zeros(0, 0, dtype=torch.long, device=self.device)
         self.head = None  # the LM head's weight as lm_head_logits takes it, cast once per version
 
+    def state_dict(self):
+        """The random state, between sequences (exact_resume's checkpoint: nothing decoding, so
+        no KV cache to keep)."""
+        assert not self.num_unfinished and not self.rows, "a sampler's state with sequences in it"
+        return dict(generator=self.generator.get_state(), budgets=self.budget_rng.getstate())
+
+    def load_state_dict(self, state):
+        self.generator.set_state(state["generator"])
+        self.budget_rng.setstate(state["budgets"])
+
     @torch.no_grad()
     def update_weights(self, named_tensors=None, version=None):
         """Tensors copied in by name (None: the trainer's own module, already stepped);

@@ -99,6 +99,15 @@ class Rollouts:
         """The prompts handed out and not trained (a checkpoint hands them out again)."""
         return [index for index, _ in self.pending.values()]
 
+    def state_dict(self):
+        """The groups handed out and not trained, finished ones verbatim (exact_resume's checkpoint:
+        none is decoding), the tickets; the curriculum saves its own."""
+        return dict(pending=dict(self.pending), finished=dict(self.finished),
+                    next_ticket=self.next_ticket, exhausted=self.exhausted, version=self.version)
+
+    def load_state_dict(self, state):
+        self.__dict__.update(state, requeue=[])
+
 
 # -----------------------------------------------------------------------------
 # the off-policy rules: (how many new groups may be handed out now, given `room` in the samplers'

@@ -104,6 +104,10 @@ data_seed = 0                  # the built-in task, its base model and the held-
 eval_interval = 10             # steps between validations (paper: 100); step 0 is always evaluated
 eval_samples = 8               # samples per held-out prompt (paper: 16, "mean@16")
 ckpt_interval = 50             # steps between checkpoints; one is also written at the end
+exact_resume = False           # True: a checkpoint first lets every sequence in flight finish and
+                               # keeps them, and max_minutes stops at a checkpoint step: a run
+                               # resumed logs what one run logs, bit for bit (docs/resume.md,
+                               # "Sittings"; one process, the torch sampler)
 wandb_log = False              # mirror every log.jsonl row to Weights & Biases (pip install wandb)
 wandb_project = "scalerl"
 wandb_run_name = ""            # '' = wandb's own name
@@ -183,7 +187,10 @@ def check_config():
         (init_from == "resume" and not checkpoint.resume(out_dir),
          f"init_from='resume' but {out_dir!r} holds no checkpoint "
          "(a complete ckpt/ or ckpt.old/)"),
-        (lora_alpha <= 0, f"lora_alpha={lora_alpha}: must be > 0")]
+        (lora_alpha <= 0, f"lora_alpha={lora_alpha}: must be > 0"),
+        (exact_resume and (world > 1 or sampler != "torch"),
+         "exact_resume=True needs one process and sampler='torch' (the random state of vLLM and of "
+         "other ranks is not saved)")]
     for bad, message in checks:
         if bad:
             fail(message)
@@ -333,6 +340,16 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
     return result, tokens
 
 
+def drain(samplers, rollouts):
+    """exact_resume's checkpoint: no new prompt until every sequence in flight has finished (their
+    groups wait for their steps, saved as they are) -> the tokens decoded."""
+    tokens = 0
+    while samplers.num_unfinished:
+        tokens += samplers.step()
+        rollouts.collect(samplers.pop_finished())
+    return tokens
+
+
 # -----------------------------------------------------------------------------
 # the task, the policy, the samplers, the scheduler: each made once per process
 
@@ -445,9 +462,12 @@ def make_rollouts(task, layout, state):
         curriculum.load_state_dict(mine["curriculum"])
     # the groups it brings
     local_prompts = prompts_per_step // layout.world if dp else prompts_per_step
-    return scheduler.Rollouts(
+    rollouts = scheduler.Rollouts(
         curriculum, task.prompts, samples_per_prompt, local_prompts, max_lag, off_policy,
         requeue=mine["in_flight"])
+    if state and state.get("rollouts"):  # drained (exact_resume): its finished groups as they were
+        rollouts.load_state_dict(state["rollouts"])
+    return rollouts
 
 
 # -----------------------------------------------------------------------------
@@ -460,24 +480,38 @@ def train_loop(policy, samplers, rollouts, task, layout, run, stop, pad_id, conf
     -> (the exit code, the last step)."""
     dp = layout.role == "data_parallel"
     slots = sampler_slots * max(layout.samplers, 1)  # every sampler's (scheduler.room)
+    save_run = lambda step, run, last, **exact: checkpoint.save_run(  # noqa: E731
+        out_dir, policy, task, layout, rollouts,
+        dict(step=step, counters=run.counters, config=config, row=run.row, last=last, **exact))
     step = run.step
     saved_step = step if run.resumed else -1  # the step of out_dir's checkpoint
-    last = stopping = save = False
+    last = final = stopping = save = False  # final: the run's end (validated), not a sitting's
     while True:
         # a stop signal is read here, between steps (data-parallel ranks agree on it at the
         # batch, below): the steps done are checkpointed, a validation not begun is left to the
         # resumed run
         stopping = stopping or (stop.name is not None and not dp)
-        if (save or stopping) and saved_step != step:  # before a validation that may take hours
-            checkpoint.save_run(out_dir, policy, task, layout, rollouts, dict(
-                step=step, counters=run.counters, config=config, row=run.row, last=last))
+        save_now = (save or stopping) and saved_step != step
+        # exact_resume: the sequences in flight finish, the step validates, then the checkpoint
+        # keeps the samplers' random state as the log leaves it (a signal's stop is prompt: no
+        # drain, its groups go out again)
+        drained = save_now and exact_resume and not stopping
+        if drained:
+            run.generated += drain(samplers, rollouts)
+        elif save_now:  # before a validation that may take hours
+            save_run(step, run, final)
             saved_step = step
         # validate (step 0, every eval_interval steps, the last) and log the step's row
         if run.unlogged and not (stopping and run.evaluate):
             if run.evaluate:
-                scores, run.generated = evaluate(samplers, rollouts, task, layout, policy, pad_id)
+                scores, tokens = evaluate(samplers, rollouts, task, layout, policy, pad_id)
                 run.row.update(scores)
+                run.generated += tokens
             run.write()
+        if drained:
+            save_run(step, run, final, rollouts=rollouts.state_dict(),
+                     sampler=samplers.state_dict(), generated=run.generated)
+            saved_step = step
         if last or stopping or step >= max_steps:
             break
         # hand out new prompts within the lag bound, one engine step on every sampler, finished
@@ -496,11 +530,16 @@ def train_loop(policy, samplers, rollouts, task, layout, run, stop, pad_id, conf
             continue
         # reward: the verifier or the sandbox, and the curriculum's pass rates
         reward_groups(batch, task, rollouts.curriculum)
-        last = (step + 1 >= max_steps or rollouts.starved
-                or 0 < max_minutes * 60 < run.seconds())
+        # the budget: exact_resume stops at a checkpoint step, where a resume goes on exactly
+        timed = (0 < max_minutes * 60 < run.seconds()
+                 and not (exact_resume and (step + 1) % ckpt_interval))
+        ends = step + 1 >= max_steps or rollouts.starved
+        last = ends or timed
         if dp:  # one batch of every rank's share, one stop decision (a signal's too), its tokens
             batch, last, run.generated, stopping = distributed.agree(
                 batch, last, run.generated, stop.name is not None)
+        # the step validated as the run's last; a sitting's stop (exact_resume) validates as any
+        final = ends if exact_resume else last
         save = last or (step + 1) % ckpt_interval == 0  # at the loop's top
         for rank in range(1, layout.trainers) if layout.samplers else ():
             layout.mailbox.send(rank, ("step", batch, step))  # the followers train it too
@@ -509,7 +548,7 @@ def train_loop(policy, samplers, rollouts, task, layout, run, stop, pad_id, conf
         step += 1
         push_weights(policy, samplers, step, getattr(torch, sampler_dtype),
                      weight_bucket_mb << 20)
-        run.count(step, stats, evaluate=step % eval_interval == 0 or last)
+        run.count(step, stats, evaluate=step % eval_interval == 0 or final)
     if rollouts.starved and last and layout.rank == 0:
         print(f"every training prompt{' of a data-parallel share' if dp else ''} is retired by "
               "No-Positive-Resampling: stopping")
@@ -598,6 +637,8 @@ if __name__ == "__main__":
         samplers = (distributed.RemoteSamplers(layout, rank_timeout) if layout.samplers
                     else make_sampler(model_dir, task, layout, step, max_len, policy))
         samplers.version = step
+        if state and state.get("sampler"):  # drained (exact_resume): the random state it had
+            samplers.load_state_dict(state["sampler"])
         if policy.lora and state:
             push_weights(policy, samplers, step, getattr(torch, sampler_dtype),
                          weight_bucket_mb << 20)
@@ -610,6 +651,7 @@ if __name__ == "__main__":
         opened = (log.open_run(out_dir, config, layout, n_params, isolation, logged)
                   if layout.rank == 0 else None)
         run = log.Run(state, logged, eval_interval, n_params, layout.world, opened, n_adapter)
+        run.generated = state.get("generated", 0) if state else 0  # decoded by the drain
         exit_code, step = train_loop(
             policy, samplers, rollouts, task, layout, run, stop, pad_id, config)
     distributed.finish(layout)

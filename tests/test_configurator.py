@@ -37,3 +37,5 @@ def test_bad_configs_fail_before_any_work_with_one_line_errors(train_config, cap
     (tmp_path / "log.jsonl").write_text("{}\n")
     assert "holds another run" in config_error(train_config, capsys, f"--out_dir={tmp_path}")
     assert "holds no checkpoint" in config_error(train_config, capsys, f"--out_dir={tmp_path}", "--init_from=resume")
+    assert "exact_resume=True needs one process and sampler='torch'" in config_error(
+        train_config, capsys, "--exact_resume=True", "--sampler=vllm")
