@@ -4,6 +4,7 @@ exponent, C_mid the half-gain C.
 
     python fit_curve.py out/log.jsonl                            # fit and print the table
     python fit_curve.py out/log.jsonl --fit_until=8000           # fit half, check the rest
+    python fit_curve.py out/log.jsonl --predict=12000,16000      # where the run will be
     python fit_curve.py a/log.jsonl b/log.jsonl --plot=fit.png   # compare two recipes
 """
 import argparse
@@ -327,9 +328,15 @@ def main(argv=None):
     option("--seed", type=int, default=0, help="bootstrap seed")
     option("--powerlaw", action="store_true", help="also fit R = A - D/C^B on the same window")
     option("--plot", metavar="FILE.png", help="write a plot (needs matplotlib)")
+    option("--predict", metavar="X,X,...",
+           help="the fitted curve and its 95%% band (resampled curves, a point's noise) at these x")
     option("--json", action="store_true",
            help="print a JSON list, one object per run, instead of the table")
     args = parser.parse_args(argv)
+    try:
+        predict_at = np.array([float(v) for v in args.predict.split(",")]) if args.predict else ()
+    except ValueError:
+        parser.exit(2, f"fit_curve.py: error: --predict={args.predict}: not a list of numbers\n")
 
     # bad input: one line on stderr, exit code 2, never a traceback
     if args.plot:
@@ -369,6 +376,14 @@ def main(argv=None):
                 inside = float(np.mean((lo <= yl) & (yl <= hi)))
                 result["extrapolation_in_band"] = inside
                 notes.append(f"{path}: {inside:.0%} of them inside the 95% prediction band")
+        if len(predict_at):
+            lo, hi = band(fits, predict_at, fit.rmse) if fits else ([None] * len(predict_at),) * 2
+            result["predicted"] = [dict(x=float(v), R=float(sigmoid(v, *fit[:4])),
+                                        lo=a and float(a), hi=b and float(b))
+                                   for v, a, b in zip(predict_at, lo, hi)]
+            notes += [f"{path}: predicted at {args.x} {fmt_compute(p['x'])}: {p['R']:.3f}" +
+                      (f" (95% band [{p['lo']:.3f}, {p['hi']:.3f}])" if fits else "")
+                      for p in result["predicted"]]
         if args.powerlaw:
             power = fit_power_law(x, y, fit.min_x, fit.fit_until)
             result["powerlaw"] = power._asdict()

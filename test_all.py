@@ -1860,6 +1860,23 @@ def test_cli_fit_until_on_noise_free_log_predicts_held_out_points_to_1e_3(tmp_pa
     assert run["A"] == pytest.approx(0.610) and run["n_points"] == 46
 
 
+def test_cli_predicts_a_curve_and_its_band_at_compute_the_log_has_not_reached(tmp_path):
+    # a half-fit committed before the second half exists: the log stops at 8000, the prediction is asked at 12000 and
+    # 16000 (the true curve there: 0.592, 0.601)
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, seed=1)
+    log = fit_curve_write_log(tmp_path / "half.jsonl", x[x <= 8000], y[x <= 8000])
+    result = fit_curve_cli(log, "--predict", "12000,16000", "--bootstrap", 50, "--json")
+    assert result.returncode == 0, result.stderr
+    [run] = json.loads(result.stdout)
+    truth = fit_curve.sigmoid(np.array([12000.0, 16000.0]), 0.30, 0.610, 1.92, 2542)
+    assert [p["x"] for p in run["predicted"]] == [12000, 16000]
+    for p, true in zip(run["predicted"], truth):
+        assert abs(p["R"] - true) < 0.01 and p["lo"] < true < p["hi"] and p["hi"] - p["lo"] < 0.05, (p, true)
+    out = fit_curve_cli(log, "--predict", "12000,16000", "--bootstrap", 50).stdout
+    assert f"predicted at gpu_hours 16000: {run['predicted'][1]['R']:.3f} (95% band" in out, out
+    assert "--predict=12000,x: not a list of numbers" in fit_curve_cli(log, "--predict", "12000,x").stderr
+
+
 def test_cli_json_has_one_object_per_run_with_required_keys(tmp_path):
     logs = [fit_curve_write_log(tmp_path / f"{name}.jsonl", *fit_curve_synthetic(0.3, A, B, 2542, 16000, seed=k))
             for k, (name, A, B) in enumerate([("a", 0.61, 1.5), ("b", 0.60, 2.4)])]
