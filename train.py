@@ -651,7 +651,6 @@ if __name__ == "__main__":
         opened = (log.open_run(out_dir, config, layout, n_params, isolation, logged)
                   if layout.rank == 0 else None)
         run = log.Run(state, logged, eval_interval, n_params, layout.world, opened, n_adapter)
-        run.generated = state.get("generated", 0) if state else 0  # decoded by the drain
         exit_code, step = train_loop(
             policy, samplers, rollouts, task, layout, run, stop, pad_id, config)
     distributed.finish(layout)
