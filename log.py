@@ -32,7 +32,7 @@ class Run:
         self.t_start = self.segment_start = time.time()
         # this process's CPU time, validation included, a resumed run's earlier time too
         self.cpu_start = time.process_time() - self.counters.get("cpu_seconds", 0.0)
-        # tokens decoded since a step last counted them (exact_resume: the drain's, in the checkpoint)
+        # tokens decoded since a step last counted them (exact_resume: the drain's, checkpointed)
         self.generated = state.get("generated", 0) if state else 0
         row, self.evaluate = first_row(state, logged, eval_interval)
         self.unlogged, self.row = row is not None, row or state["row"]
