@@ -729,9 +729,14 @@ def test_train_with_the_vllm_sampler_pushes_weights_in_flight_and_matches_the_tr
     # step 1 trains on version-0 tokens only: the gap is vLLM's numerics against the trainer's (fp32 head)
     assert rows[1]["policy_lag_max"] == 0 and rows[1]["logprob_mismatch"] < 1e-5
     assert all(r["policy_lag_max"] <= 2 for r in rows[1:]) and any(r["policy_lag_max"] > 0 for r in rows[1:])
-    # later steps differ by the policy's own moves (lag <= 2 at lr 1e-4: ~0.01, as with the exact torch sampler);
-    # a push that failed to load a bucket would leave vLLM on other weights
-    assert all(r["logprob_mismatch"] < 0.05 for r in rows[1:])
+    # every push landed, whatever the timing: step 6's validation samples with step 6's weights (LoRA: merged into
+    # them) and vLLM's log-probs equal the trainer's to fp32's precision (3e-7 measured); a bucket left unloaded
+    # would show as the policy's moves since, the 0.01-0.03 below
+    assert rows[6]["lag0_tokens"] > 0 and rows[6]["logprob_mismatch_lag0"] < 1e-5
+    # lagged tokens differ by the policy's own moves: lag <= 2 at the tests' lr 1e-4, 0.016 at most (measured).
+    # LoRA's lr 1e-3 moves it twice as far (0.031 here, over 0.05 on CI's machine, whose timing mixes versions
+    # otherwise), so the lag-0 figure above is its proof
+    assert lora or all(r["logprob_mismatch"] < 0.05 for r in rows[1:])
 
 
 @pytest.mark.slow
