@@ -149,7 +149,8 @@ def save_peft(directory, adapters, lora):
                   lora_alpha=lora["alpha"], target_modules=modules, lora_dropout=0.0,
                   bias="none", fan_in_fan_out=False, use_rslora=False, modules_to_save=None,
                   init_lora_weights=True, inference_mode=True,
-                  base_model_name_or_path=os.path.abspath(lora["path"]))
+                  base_model_name_or_path=lora["path"])  # as the config gave it: a committed adapter names
+    # no one machine's directories (PEFT and vLLM take the base model from their caller anyway)
     with open(os.path.join(directory, "adapter_config.json"), "w") as f:
         json.dump(config, f, indent=1)
 

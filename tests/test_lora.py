@@ -112,7 +112,8 @@ def test_a_torch_sampler_gets_the_merged_adapted_weights_only_and_in_its_own_dty
 def test_a_checkpoint_holds_the_adapter_in_pefts_files_and_restores_the_run_bit_for_bit(
         tiny_model_dir, train_config, tmp_path):
     batches = [fixed_batch(len(tiny.build_tokenizer()), seed=s) for s in (0, 1)]
-    policy = lora_policy(tiny_model_dir, train_config, "--lr=1e-3")
+    given = os.path.relpath(tiny_model_dir)  # a model_path as a config gives it, relative to the repository
+    policy = lora_policy(given, train_config, "--lr=1e-3")
     train.train_step(policy, batches[0], 0, 0)
     checkpoint.save(tmp_path, policy, tiny.build_tokenizer(), dict(step=1, config=train.current_config()))
     files = sorted(os.listdir(tmp_path / "ckpt"))
@@ -122,6 +123,7 @@ def test_a_checkpoint_holds_the_adapter_in_pefts_files_and_restores_the_run_bit_
     assert (config["peft_type"], config["r"], config["lora_alpha"]) == ("LORA", 4, 32.0)
     assert config["target_modules"] == sorted(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                "down_proj"])
+    assert config["base_model_name_or_path"] == given  # a committed adapter names no one machine's directories
     resumed = (tmp_path / "ckpt", checkpoint.read_checkpoint(tmp_path / "ckpt"), [])  # checkpoint.resume's
     again = train.make_policy(tiny_model_dir, ONE_PROCESS, resumed)
     for p, q in zip(policy.model.parameters(), again.model.parameters()):
