@@ -2,11 +2,12 @@
 # fitted on its first half predicts its second. Qwen2.5-Coder-0.5B-Instruct, GSM8K and HumanEval in one run,
 # the whole recipe (PipelineRL-4, CISPO, the fp32 head) with LoRA rank 8, run to its plateau in sittings of
 # ~2.5 hours: each stops at its first checkpoint past max_minutes, and its log and state (out_dir, ~52 MB)
-# are committed once, at the sitting's end, so that the next sitting resumes it exactly, on any machine:
-#   python data/qwen_coder/prepare.py && python train.py config/qwen_predict_cpu.py --max_steps=24  # first
-#   python train.py config/qwen_predict_cpu.py --init_from=resume                        # the others
-#   git add docs/real_model/qwen_predict_lr1e-4 && git commit -m "sitting N: steps a-b"
-#   python fit_curve.py docs/real_model/qwen_predict_lr1e-4/log.jsonl --x=flops --fit_until=<half the flops>
+# are committed once, at the sitting's end, so that the next sitting resumes it exactly, on any machine.
+# The run in out_dir is done (R0 to its plateau at step 52; its outcome in docs/real_model.md); another:
+#   python data/qwen_coder/prepare.py
+#   python train.py config/qwen_predict_cpu.py --out_dir=out/qwen_predict --max_steps=24  # the first sitting
+#   python train.py config/qwen_predict_cpu.py --out_dir=out/qwen_predict --init_from=resume  # the others
+#   python fit_curve.py out/qwen_predict/log.jsonl --x=flops --fit_until=<half the flops>
 # One state commit a session: the state is rewritten whole each sitting, and a session's submission counts a
 # rewritten binary twice (removed and added) against its 256 MiB of diffs; three in one session did not land.
 # The compute axis is the log's `flops` (trained and generated tokens' FLOPs): a shared CPU's wall hours move
@@ -44,5 +45,5 @@ eval_samples = 4
 eval_interval = 4               # 12 points from R0 to step 48
 ckpt_interval = 4               # with exact_resume: the sequences in flight finish, the step validates,
 exact_resume = True             # then the checkpoint (docs/resume.md, "Sittings")
-max_steps = 48                  # the plan; if the validation still rises over its last ~20%, go on
+max_steps = 48                  # the plan; if the validation still rises over its last ~20%, go on (52)
 max_minutes = 125.0             # a sitting: it stops at the first checkpoint step past this (+ <= ~25 min)
