@@ -45,5 +45,5 @@ eval_samples = 4
 eval_interval = 4               # 12 points from R0 to step 48
 ckpt_interval = 4               # with exact_resume: the sequences in flight finish, the step validates,
 exact_resume = True             # then the checkpoint (docs/resume.md, "Sittings")
-max_steps = 48                  # the plan; if the validation still rises over its last ~20%, go on (52)
+max_steps = 48                  # the plan; if the validation still rises over its last ~20%, go on (to 52 here)
 max_minutes = 125.0             # a sitting: it stops at the first checkpoint step past this (+ <= ~25 min)
