@@ -145,12 +145,13 @@ def save_peft(directory, adapters, lora):
     save_file({peft_name(n): t.contiguous() for n, t in adapters.items()},
               os.path.join(directory, "adapter_model.safetensors"), metadata={"format": "pt"})
     modules = sorted({n.rsplit(".", 2)[-2] for n in adapters})
+    # the base model as the config gave it: a committed adapter names no one machine's directories
+    # (PEFT and vLLM take the base model from their caller anyway)
     config = dict(peft_type="LORA", task_type="CAUSAL_LM", r=lora["rank"],
                   lora_alpha=lora["alpha"], target_modules=modules, lora_dropout=0.0,
                   bias="none", fan_in_fan_out=False, use_rslora=False, modules_to_save=None,
                   init_lora_weights=True, inference_mode=True,
-                  base_model_name_or_path=lora["path"])  # as the config gave it: a committed adapter names
-    # no one machine's directories (PEFT and vLLM take the base model from their caller anyway)
+                  base_model_name_or_path=lora["path"])
     with open(os.path.join(directory, "adapter_config.json"), "w") as f:
         json.dump(config, f, indent=1)
 
