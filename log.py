@@ -239,14 +239,18 @@ def validation(prompts, groups, eval_samples, domains, started, reduce=None):
     # sums over samples and prompts, overall and per domain: the same keys on every rank
     # 1, 2, 4, ..., n
     ks = sorted({2 ** i for i in range(eval_samples.bit_length())} | {eval_samples})
-    kinds = ("correct", "total", "prompts", "squares", "binomial", *(f"pass@{k}" for k in ks))
+    kinds = ("correct", "total", "prompts", "squares", "binomial", "truncated", "tokens",
+             *(f"pass@{k}" for k in ks))
     names = ["", *(f"_{d}" for d in domains)]
     counts = {kind + d: 0.0 for kind in kinds for d in names}
     for prompt, g in zip(prompts, groups):
         n, c = len(g.rewards), sum(r > 0 for r in g.rewards)
         # squares: for the standard error over prompts; binomial: p (1 - p) / n, the
         # sampling's share
-        figures = (c, n, 1, (c / n) ** 2, c * (n - c) / n ** 2 / n,
+        # the completions cut at the length limit, and all their tokens
+        truncated = sum(done.finish_reason == "truncated" for done in g.completions)
+        tokens = sum(len(done.token_ids) for done in g.completions)
+        figures = (c, n, 1, (c / n) ** 2, c * (n - c) / n ** 2 / n, truncated, tokens,
                    *(pass_at_k(n, c, k) for k in ks))
         for d in ("", f"_{prompt.domain}"):
             for kind, x in zip(kinds, figures):
@@ -260,11 +264,17 @@ def validation(prompts, groups, eval_samples, domains, started, reduce=None):
     # samples' own error
     # on these prompts (what separates points of one run, which share them), sqrt(sum p(1-p)/k) / n
     result = {"val_reward": mean, "val_reward_se": (spread / counts["prompts"]) ** 0.5,
-              "val_sampling_se": counts["binomial"] ** 0.5 / counts["prompts"],
               "val_seconds": time.time() - started}
     for d in names if len(domains) > 1 else [""]:
+        # overall and per domain; none named val_reward_*: `follow` reads those as domains' curves
+        total = max(counts[f"total{d}"], 1)
+        n_prompts = max(counts[f"prompts{d}"], 1)
+        result[f"val_sampling_se{d}"] = counts[f"binomial{d}"] ** 0.5 / n_prompts
+        # per completion: the share cut at the length limit, the mean length
+        result[f"val_truncation_rate{d}"] = counts[f"truncated{d}"] / total
+        result[f"val_completion_tokens{d}"] = counts[f"tokens{d}"] / total
         if d:
-            result[f"val_reward{d}"] = counts[f"correct{d}"] / max(counts[f"total{d}"], 1)
+            result[f"val_reward{d}"] = counts[f"correct{d}"] / total
         for k in ks:  # unbiased pass@k from the same samples (Chen et al. 2021), as peers log it
-            result[f"val_pass@{k}{d}"] = counts[f"pass@{k}{d}"] / max(counts[f"prompts{d}"], 1)
+            result[f"val_pass@{k}{d}"] = counts[f"pass@{k}{d}"] / n_prompts
     return result

@@ -587,7 +587,12 @@ def test_evaluate_counts_the_training_tokens_decoded_during_validation(train_con
     assert scores.pop("val_sampling_se") == pytest.approx(1 / 6)
     assert scores == {"val_reward": 1 / 3, "val_pass@2": 2 / 3, "val_reward_code": 0.0, "val_reward_math": 0.5,
                       "val_pass@2_code": 0.0, "val_pass@2_math": 1.0, "val_pass@1": 1 / 3, "val_pass@1_code": 0.0,
-                      "val_pass@1_math": 0.5}
+                      "val_pass@1_math": 0.5,
+                      # every validation completion ends by eos after 3 tokens; math's own sampling error
+                      # sqrt(1/8 + 1/8) / 2, code's prompt passes nothing
+                      "val_truncation_rate": 0.0, "val_truncation_rate_code": 0.0, "val_truncation_rate_math": 0.0,
+                      "val_completion_tokens": 3.0, "val_completion_tokens_code": 3.0,
+                      "val_completion_tokens_math": 3.0, "val_sampling_se_code": 0.0, "val_sampling_se_math": 0.25}
     assert training_tokens == 2 * 2 * 3  # 3 engine steps of validation, 2 groups x 2 completions decoding beside it
     assert not rollouts.finished and samplers.num_unfinished == 2
 
