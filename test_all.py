@@ -1926,11 +1926,9 @@ def test_cli_plot_writes_png_with_the_prediction_band_beyond_the_fit(tmp_path, m
     monkeypatch.setattr(fit_curve, "plot_fits", lambda *a: drawn.append(plot(*a)))
     fit_curve.main([str(log), "--plot", str(png), "--bootstrap", str(resamples), "--fit_until", "8000"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    [ax] = drawn  # the band: one filled area beyond the fit window, where there are resamples
-    bands = [c for c in ax.collections if type(c).__name__ in ("PolyCollection", "FillBetweenPolyCollection")]
-    assert len(bands) == (resamples > 0)
-    if bands:
-        assert bands[0].get_paths()[0].vertices[:, 0].min() >= 8000 * 0.999
+    [ax] = drawn  # the band: one filled area beyond the fit window (the calibrated band needs no resamples)
+    [band] = [c for c in ax.collections if type(c).__name__ in ("PolyCollection", "FillBetweenPolyCollection")]
+    assert band.get_paths()[0].vertices[:, 0].min() >= 8000 * 0.999
 
 
 def test_cli_plot_without_matplotlib_says_how_to_install(tmp_path, monkeypatch, capsys):
@@ -1982,3 +1980,129 @@ def test_fit_curve_fits_one_domain_with_y_and_names_a_missing_key(tmp_path):
     assert out.returncode == 0 and fit["y_col"] == "val_reward_code" and abs(fit["A"] - 0.6) < 0.02
     out = subprocess.run([sys.executable, fit_curve.__file__, str(log), "--y=val_reward_math"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "no column 'val_reward_math'" in out.stderr
+
+
+# the regime gate, the calibrated interval, every domain's curve
+
+
+def fit_curve_regime_log(path, truncated, samples=512, domains=None, seed=0, n=25):
+    """A log drawn as benchmarks/fit_calibration.py draws one: validations every 4 steps on the paper's curve
+    (compute 0..1), binomial at `samples` completions with their sampling error, training rows cutting
+    `truncated(x)` of 64 completions; `domains`: {name: (R0, A, B, C_mid)}, validation their equal-weight mean."""
+    rng = np.random.default_rng(seed)
+    domains = domains or {"": (0.2, 0.6, 2.0, 0.3)}
+    rows = []
+    for step in range(4 * (n - 1) + 1):
+        x = step / (4 * (n - 1))
+        row = dict(step=step, flops=x)
+        if step:
+            row.update(truncation_rate=rng.binomial(64, truncated(x)) / 64, completion_tokens=20000)
+        if step % 4 == 0:
+            size = samples // len(domains)
+            for name, params in domains.items():
+                p = fit_curve.sigmoid(x, *params) if x else params[0]
+                drawn = rng.binomial(size, p) / size
+                row.update({f"val_reward_{name}".rstrip("_"): drawn,
+                            f"val_sampling_se_{name}".rstrip("_"): math.sqrt(max(drawn * (1 - drawn), 1 / size) / size)})
+            if len(domains) > 1:
+                names = [f"_{d}" for d in domains]
+                row["val_reward"] = float(np.mean([row["val_reward" + d] for d in names]))
+                row["val_sampling_se"] = math.sqrt(sum(row["val_sampling_se" + d] ** 2 for d in names)) / len(names)
+        rows.append(row)
+    path.write_text("\n".join(map(json.dumps, rows)) + "\n")
+    return path
+
+
+def test_gate_fires_when_most_completions_are_cut_by_the_cap_and_not_on_a_settled_run(tmp_path):
+    capped = fit_curve_regime_log(tmp_path / "capped.jsonl", lambda x: 0.5)
+    [run] = json.loads(fit_curve_cli(capped, "--x=flops", "--fit_until=0.5", "--bootstrap=0", "--json").stdout)
+    assert run["truncation"] > 0.4 and len(run["unsettled"]) == 1
+    assert "cut by the length cap" in run["unsettled"][0]
+    out = fit_curve_cli(capped, "--x=flops", "--fit_until=0.5", "--bootstrap=0").stdout
+    assert "NOT YET A PREDICTION: " in out and "% of completions cut by the length cap" in out
+    # the cap being learned: the truncation falls from 0.6 to 0.2 over the window (lengths unlogged here)
+    learning = fit_curve_regime_log(tmp_path / "learning.jsonl", lambda x: max(0.6 - 0.8 * x, 0.05))
+    [run] = json.loads(fit_curve_cli(learning, "--x=flops", "--fit_until=0.5", "--bootstrap=0", "--json").stdout)
+    assert any("truncation still falling" in r for r in run["unsettled"]), run["unsettled"]
+    settled = fit_curve_regime_log(tmp_path / "settled.jsonl", lambda x: 0.03)
+    [run] = json.loads(fit_curve_cli(settled, "--x=flops", "--fit_until=0.5", "--bootstrap=0", "--json").stdout)
+    assert run["unsettled"] == [] and run["truncation"] < 0.1
+    assert "NOT YET A PREDICTION" not in fit_curve_cli(settled, "--x=flops", "--fit_until=0.5", "--bootstrap=0").stdout
+
+
+def test_gate_fires_on_the_committed_real_run_cut_at_its_half_fit():
+    # docs/real_model.md: the lr 1e-4 run's half-fit at step 24 (flops 9.86e14) missed, its window held down by the
+    # 256-token cap (truncation 0.34-0.75, steps 1-24)
+    log = os.path.join(os.path.dirname(fit_curve.__file__), "docs/real_model/qwen_predict_lr1e-4/log.jsonl")
+    runs = json.loads(fit_curve_cli(log, "--x=flops", "--fit_until=9.86270369313024e14", "--bootstrap=0", "--json").stdout)
+    assert [r["y_col"] for r in runs] == ["val_reward", "val_reward_gsm8k", "val_reward_humaneval"]
+    assert runs[0]["n_points"] == 6 and any("cut by the length cap" in r for r in runs[0]["unsettled"])
+    # the same log to its end: the model learned to finish (truncation ~0.17 over steps 36-52), still over 15%
+    [whole, *_] = json.loads(fit_curve_cli(log, "--x=flops", "--bootstrap=0", "--json").stdout)
+    assert 0.1 < whole["truncation"] < 0.2
+
+
+def test_gate_says_when_one_domain_has_not_moved_while_another_has(tmp_path):
+    domains = {"math": (0.2, 0.6, 2.0, 0.2), "code": (0.3, 0.7, 2.0, 5.0)}  # code's rise: far past the run
+    log = fit_curve_regime_log(tmp_path / "log.jsonl", lambda x: 0.03, samples=2048, domains=domains)
+    runs = json.loads(fit_curve_cli(log, "--x=flops", "--fit_until=0.5", "--bootstrap=0", "--json").stdout)
+    assert [r["y_col"] for r in runs] == ["val_reward", "val_reward_code", "val_reward_math"]  # sorted
+    assert runs[0]["unsettled"] == ["code has not moved from its R0 while math has: the overall curve mixes "
+                                    "regimes; read each domain's fit"]
+    both = dict(domains, code=(0.3, 0.7, 2.0, 0.25))
+    log = fit_curve_regime_log(tmp_path / "both.jsonl", lambda x: 0.03, samples=2048, domains=both)
+    runs = json.loads(fit_curve_cli(log, "--x=flops", "--fit_until=0.5", "--bootstrap=0", "--json").stdout)
+    assert runs[0]["unsettled"] == []
+
+
+def test_one_command_fits_every_domain_and_the_mean_of_their_predictions(tmp_path):
+    domains = {"math": (0.2, 0.6, 2.0, 0.2), "code": (0.3, 0.8, 1.5, 0.3)}
+    log = fit_curve_regime_log(tmp_path / "log.jsonl", lambda x: 0.03, samples=100_000, domains=domains, n=41)
+    result = fit_curve_cli(log, "--x=flops", "--fit_until=0.5", "--predict=1", "--bootstrap=0", "--json")
+    overall, code_run, math_run = json.loads(result.stdout)
+    assert abs(math_run["A"] - 0.6) <= 0.01 and abs(code_run["A"] - 0.8) <= 0.01
+    # each curve its own sampling error: code's at 50k samples near 0.7 is sqrt(0.7 * 0.3 / 50k) ~ 0.002
+    assert 0.001 < code_run["sigma"] < 0.003 and 0.001 < overall["sigma"] < 0.002
+    truth = np.mean([fit_curve.sigmoid(1.0, *p) for p in domains.values()])
+    [mean_of] = overall["domains_mean_predicted"]
+    assert abs(mean_of["R"] - truth) < 0.01 and mean_of["lo"] < truth < mean_of["hi"]
+    assert overall["A_domains_mean"][0] <= 0.7 <= overall["A_domains_mean"][1]
+    assert overall["domains_mean_mae"] < 0.01 and "domains_mean_mae" not in math_run
+    out = fit_curve_cli(log, "--x=flops", "--fit_until=0.5", "--bootstrap=0").stdout
+    assert f"{log} [math]" in out and f"{log} [code]" in out and "the mean of the domains' predictions" in out
+    # one domain asked for by --y: that curve only
+    [run] = json.loads(fit_curve_cli(log, "--x=flops", "--y=val_reward_code", "--bootstrap=0", "--json").stdout)
+    assert run["y_col"] == "val_reward_code"
+
+
+def test_calibrated_interval_is_the_profile_set_at_the_logged_sampling_error():
+    # the A whose best (B, C_mid) leave a squared error within SSE_min + chi2(1, 0.95) sigma^2, sigma the logged
+    # sampling error where the residuals scatter no more than it says
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, n=41, noise=0.004, seed=3)
+    se = np.full(len(x), 0.005)
+    fit = fit_curve.fit_sigmoid(x, y, fit_until=8000)
+    conf = fit_curve.confidence(x, y, fit, se)
+    assert conf.dispersion < 1 and conf.sigma == pytest.approx(0.005)
+    lo, hi = conf.A
+    bound = fit.rmse ** 2 * fit.n_points + 3.841 * 0.005 ** 2
+    sse = lambda a: fit_curve.fit_sigmoid(x, y, fit_until=8000, a=a).rmse ** 2 * fit.n_points
+    assert sse(lo) <= bound * 1.001 and sse(hi) <= bound * 1.001
+    assert sse(lo - 0.005) > bound and sse(hi + 0.005) > bound
+    assert lo <= 0.610 <= hi
+    # points that scatter 3x more than the log says: the residuals' variance and the F quantile take over
+    noisy = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, n=41, noise=0.015, seed=3)[1]
+    wide = fit_curve.confidence(x, noisy, fit_curve.fit_sigmoid(x, noisy, fit_until=8000), se)
+    assert wide.dispersion > 2 and wide.sigma > 0.01
+
+
+def test_an_end_the_points_cannot_bound_is_said_in_words(tmp_path):
+    x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, seed=1)
+    early = fit_curve.fit_sigmoid(x, y, fit_until=1500)
+    conf = fit_curve.confidence(x, y, early)
+    assert conf.A[1] is None
+    words = fit_curve.describe_A(conf)
+    assert words.startswith(f"A profile interval [{conf.A_set[0]:.3f}, ...]: A at least {conf.A_set[0]:.3f}, "
+                            "not bounded above by these points")
+    log = fit_curve_write_log(tmp_path / "log.jsonl", x, y)
+    [run] = json.loads(fit_curve_cli(log, "--fit_until", 1500, "--bootstrap", 0, "--json").stdout)
+    assert run["A_profile"][1] is None and run["A_profile"][0] == pytest.approx(conf.A_set[0])

@@ -108,3 +108,22 @@ def test_the_loo_study_recounts_tokens_and_flops_of_logs_from_before_the_counter
     assert [r["flops"] for r in lines[1:]] == [0, 2600, 4200, 5800, 7200, 7900]  # 2N x tokens + 600 a step
     assert [r["tokens_as_logged"] for r in lines[1:]] == [0, 100, 250, 300, 340, 385]
     assert loo.recount(lines) == lines  # once only
+
+
+def test_fit_calibration_runs_of_a_known_truth_and_the_gate_on_the_regime_changes():
+    """benchmarks/fit_calibration.py draws its runs as train.py logs them: a clean run's true A inside the printed
+    interval and the gate silent; a run held down by a length cap trips the gate; two domains print their mean's
+    interval first, beside the overall curve's own."""
+    calibration = load_script("benchmarks/fit_calibration.py", "fit_calibration")
+    rows, true_A = calibration.simulate("clean", 12, 2048, seed=3)
+    validations = [r for r in rows if "val_reward" in r]
+    assert len(validations) == 13 and 0.30 <= true_A <= 0.95 and rows[-1]["flops"] == 1.0
+    assert all(abs(r["val_sampling_se"] - math.sqrt(r["val_reward"] * (1 - r["val_reward"]) / 2048)) < 1e-9
+               for r in validations if 0 < r["val_reward"] < 1)
+    results, fired = calibration.score("clean", 12, 2048, 3, False)
+    covered, _, _, band, error, z = results["printed"]
+    assert covered and not fired and band >= 0.5 and error < 0.1 and z > 0
+    results, fired = calibration.score("length_cap", 12, 512, 3, False)
+    assert fired
+    results, _ = calibration.score("two_domains", 12, 512, 3, False)
+    assert set(results) == {"printed", "own curve"}
