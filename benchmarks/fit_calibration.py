@@ -1,9 +1,9 @@
-"""How often fit_curve.py's intervals hold the truth: synthetic runs drawn from known curves of the paper's form,
-fitted on their first half as a user would (--fit_until), scored on the second. Prints one row per setting.
+"""How often fit_curve.py's intervals hold the truth: synthetic runs drawn from known curves of the paper's
+form, fitted on their first half as a user would (--fit_until), scored on the second. One row per setting.
 
     python benchmarks/fit_calibration.py                        # the default size: a few minutes on 2 cores
-    python benchmarks/fit_calibration.py --runs=100 --compare   # also the older intervals (residual bootstrap,
-                                                                # the F-test profile): docs/fitting.md, ~50 min
+    python benchmarks/fit_calibration.py --runs=100 --compare   # with the older intervals (the residual
+                                                                # bootstrap, the F-test profile): ~50 min
 
 A run: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) over compute 0..1, validated at `points` evenly spaced steps
 after R0 (step 0), each validation a binomial draw of `samples` completions, logged with its sampling error as
@@ -12,19 +12,22 @@ tokens the regime gate reads. The curves span the paper's fits and ours: R0 0.05
 (log-uniform), C_mid 0.1-1.5 of the run's compute (inside the half, past the half, past the run). Families:
 
   clean        one curve, a few percent of completions truncated
-  early        the same with C_mid 0.08-0.3 of the run, as the paper's fits (2542 of 16k GPU-h): the half sees the bend
-  jitter       the policy's own pass rate wanders about the curve by one sampling error a point (overdispersion)
+  early        the same with C_mid 0.08-0.3 of the run, as the paper's fits (2542 of 16k GPU-h): the half
+               sees the bend
+  jitter       the policy's own pass rate wanders about the curve by one sampling error a point
+               (overdispersion)
   two_domains  validation weighs two domains equally, each its own curve and half the samples
-  second_rise  two domains; the second is flat over the fit window and rises after the half (nothing else shows it)
-  length_cap   an early phase held down by a length cap: 40-70% of completions truncated, the model learns to finish
-               after the half (the truncation falls, the reward rises a second time)
+  second_rise  two domains; the second is flat over the fit window and rises after the half (nothing else
+               in the log shows it)
+  length_cap   an early phase held down by a length cap: 40-70% of completions truncated, the model learns
+               to finish after the half (the truncation falls, the reward rises a second time)
 
-Rows: each setting's intervals: printed (the one fit_curve.py prints first: for two domains, their mean's), own
-curve (two domains: the overall curve's own), and with --compare the F-test profile and the residual bootstrap.
-Columns: A cover (share of runs whose printed interval holds the true A; an end not bounded by the points counts
-as open), open (share with no upper bound), width (median of the bounded ones), band (share of later points inside
-the prediction band), |err| (mean |prediction - later point|), |z| (that over the point's sampling error), gate (share
-of runs where fit_curve's regime gate fires on the fit window).
+Rows: each setting's intervals: printed (the one fit_curve.py prints first: for two domains, their mean's),
+own curve (two domains: the overall curve's own), and with --compare the F-test profile and the residual
+bootstrap. Columns: A cover (share of runs whose interval holds the true A; an end not bounded by the points
+counts as open), open (share with no upper bound), width (median of the bounded ones), band (share of later
+points inside the prediction band), |err| (mean |prediction - later point|), |z| (that over the point's
+sampling error), gate (share of runs where fit_curve's regime gate fires on the fit window).
 """
 import argparse
 import io
@@ -75,14 +78,15 @@ def simulate(family, points, samples, seed):
         R0, A, B, _ = domains[1]
         start = rng.uniform(0.5, 0.7)
         late = np.clip((x - start) / (1 - start), 0, None)
-        rates[1] = np.where(late > 0, R0 + (A - R0) / (1 + (rng.uniform(0.2, 0.6) / np.maximum(late, 1e-12)) ** B),
-                            R0)
+        c_mid = rng.uniform(0.2, 0.6)  # of what is left of the run
+        rates[1] = np.where(late > 0, R0 + (A - R0) / (1 + (c_mid / np.maximum(late, 1e-12)) ** B), R0)
     if family == "length_cap":  # a solved completion only pays when it ends within the cap
         t0, t_mid, width = rng.uniform(0.4, 0.7), rng.uniform(0.55, 0.8), rng.uniform(0.03, 0.08)
         truncated = 0.03 + (t0 - 0.03) * fit_curve.expit(-(x - t_mid) / width)
         rates[0] = rates[0] * (1 - truncated) / (1 - 0.03)
     if family == "jitter":  # the policy itself wanders: one sampling error a validation
-        rates[0] = np.clip(rates[0] + rng.normal(0, 1, len(x)) * np.sqrt(rates[0] * (1 - rates[0]) / samples), 0, 1)
+        wander = rng.normal(0, 1, len(x)) * np.sqrt(rates[0] * (1 - rates[0]) / samples)
+        rates[0] = np.clip(rates[0] + wander, 0, 1)
     rows = []
     for step in range(len(x)):
         row = dict(step=step, flops=float(x[step]))
@@ -95,8 +99,9 @@ def simulate(family, points, samples, seed):
             drawn = [rng.binomial(per_domain, r[step]) / per_domain for r in rates]
             se = [math.sqrt(max(p * (1 - p), 1 / per_domain) / per_domain) for p in drawn]
             cut = rng.binomial(samples, truncated[step]) / samples
-            row.update(val_reward=float(np.mean(drawn)), val_sampling_se=math.sqrt(sum(s * s for s in se)) / len(se),
-                       val_truncation_rate=cut, val_completion_tokens=CAP * (0.55 + 0.45 * cut))
+            row.update(val_reward=float(np.mean(drawn)),
+                       val_sampling_se=math.sqrt(sum(s * s for s in se)) / len(se), val_truncation_rate=cut,
+                       val_completion_tokens=CAP * (0.55 + 0.45 * cut))
             if len(domains) > 1:
                 for name, p, s in zip("ab", drawn, se):
                     row.update({f"val_reward_{name}": p, f"val_sampling_se_{name}": s})
@@ -131,8 +136,9 @@ def score(family, points, samples, seed, compare):
     results = {"printed": own}
     if "A_domains_mean" in whole:  # the overall row of two domains prints their mean's interval first
         ends, err = whole["A_domains_mean"], whole["domains_mean_mae"]
-        results = {"printed": (covers(ends, true_A), ends[1] is None, width(*ends), whole["domains_mean_in_band"],
-                               err, float(np.mean(err / se[later]))), "own curve": own}
+        printed = (covers(ends, true_A), ends[1] is None, width(*ends), whole["domains_mean_in_band"], err,
+                   float(np.mean(err / se[later])))
+        results = {"printed": printed, "own curve": own}
     if compare:
         fit = fit_curve.fit_sigmoid(x, y, fit_until=HALF)
         conf = fit_curve.confidence(x, y, fit)
@@ -161,15 +167,16 @@ def main():
     args = parser.parse_args()
     settings = []
     for family in args.families.split(","):
-        sizes = [(12, 128), (12, 512), (12, 2048), (24, 512), (48, 512)] if family in ("clean", "early", "two_domains") \
-            else [(12, 512), (24, 2048)]
+        sizes = [(12, 512), (24, 2048)]  # (validations after R0, samples each)
+        if family in ("clean", "early", "two_domains"):
+            sizes = [(12, 128), (12, 512), (12, 2048), (24, 512), (48, 512)]
         settings += [(family, points, samples) for points, samples in sizes]
     jobs = [(*s, args.seed * 1_000_003 + 7919 * k + r, args.compare)
             for k, s in enumerate(settings) for r in range(args.runs)]
     with Pool(args.workers) as pool:
         scored = list(tqdm(pool.imap(score_job, jobs, chunksize=4), total=len(jobs), desc="runs"))
-    print(f"{'family':<12} {'points':>6} {'samples':>7}  {'method':<19} {'A cover':>7} {'open':>5} {'width':>6} "
-          f"{'band':>5} {'|err|':>6} {'|z|':>5} {'gate':>5}")
+    print(f"{'family':<12} {'points':>6} {'samples':>7}  {'method':<19} {'A cover':>7} {'open':>5} "
+          f"{'width':>6} {'band':>5} {'|err|':>6} {'|z|':>5} {'gate':>5}")
     for k, (family, points, samples) in enumerate(settings):
         mine = scored[k * args.runs:(k + 1) * args.runs]
         gate = np.mean([g for _, g in mine])
