@@ -405,8 +405,8 @@ def fmt_compute(v):
 
 
 def plot_fits(path, runs, x_col, y_col):
-    """runs: dicts of name, x, y, fit (, conf: the band). Fitted points filled, the rest (transient, held out)
-    hollow."""
+    """runs: dicts of name, x, y, fit (, conf: the band). Fitted points filled, the rest
+    (transient, held out) hollow."""
     # not pyplot: a file, no display and no global figure to close
     from matplotlib.figure import Figure
     ax = Figure(figsize=(8, 5)).subplots()
@@ -457,16 +457,16 @@ def analyse(rows, name, y_col, args, predict_at):
     intervals.pop("fits", None)
     result.update({k + "_ci": [float(v) for v in ci] for k, ci in intervals.items()})
     notes = []
+    later = x > args.fit_until if args.fit_until is not None else np.zeros(len(x), bool)
     if result["C_mid_beyond_fit"]:
         notes.append(f"{name}: C_mid lies beyond the last fitted point: the run has not "
                      f"reached half its gain yet, so A is a long extrapolation")
     if args.fit_until is not None:
-        later = x > args.fit_until
         xl, yl = x[later], y[later]
         errors = np.abs(yl - sigmoid(xl, *fit[:4]))
         mae, max_err = (float(errors.mean()), float(errors.max())) if len(xl) else (None, None)
         result.update(extrapolation_n=len(errors), extrapolation_mae=mae,
-                      extrapolation_max_err=max_err, later=(xl, yl, se[later]))
+                      extrapolation_max_err=max_err)
         past = f"past {args.x} {fmt_compute(args.fit_until)}"
         notes.append(f"{name}: predicted {past}: mean |error| {mae:.4f}, max {max_err:.4f} "
                      f"over {len(errors)} points" if len(xl) else
@@ -490,15 +490,15 @@ def analyse(rows, name, y_col, args, predict_at):
         notes.append(f"{name}: power law R = A - D/C^B on the same window: A {power.A:.3f} "
                      f"(sigmoid {fit.A:.3f}), B {power.B:.3f}, RMSE {power.rmse:.4f} (paper: "
                      f"the power law over-predicts A, prefer the sigmoid)")
-    return dict(name=name, x=x, y=y, fit=fit, conf=conf, result=result), notes
+    return dict(name=name, x=x, y=y, later=later, fit=fit, conf=conf, result=result), notes
 
 
-def domains_mean(rows, runs, args, predict_at):
+def domains_mean(runs, args, predict_at):
     """Where validation weighs the domains equally, the overall curve is their mean, and each domain
     follows the law where their mixture need not: A, the band and the prediction as the mean of the
     domains' -> notes (the figures go into the overall run's result)."""
     whole, parts = runs[0], runs[1:]
-    columns = [points(rows, args.x, p["result"]["y_col"])[1] for p in parts]
+    columns = [p["y"] for p in parts]  # each domain's points
     if len({len(c) for c in columns} | {len(whole["y"])}) > 1 or \
             np.abs(np.mean(columns, 0) - whole["y"]).max() > 1e-6:
         return []  # weighed by their prompts' counts: the mean of the domains is not the curve
@@ -513,8 +513,8 @@ def domains_mean(rows, runs, args, predict_at):
     whole["domains_words"] = "A of the domains' mean " + interval_words(
         *ends, reached, "(each domain's interval, averaged: validation weighs them equally)")
     notes = []
-    if "later" in result and len(result["later"][0]):
-        xl, yl, _ = result["later"]
+    if whole["later"].any():
+        xl, yl = whole["x"][whole["later"]], whole["y"][whole["later"]]
         lo, hi = band_of(xl)
         result.update(domains_mean_mae=float(np.abs(yl - curve(xl)).mean()),
                       domains_mean_in_band=float(np.mean((lo <= yl) & (yl <= hi))))
@@ -597,7 +597,7 @@ def main(argv=None):
             runs.append(run)
             notes += run_notes
         if len(curves) > 2:
-            notes += domains_mean(rows, [run for run, _ in curves], args, predict_at)
+            notes += domains_mean([run for run, _ in curves], args, predict_at)
         main_runs.append(curves[0][0])
     if len(main_runs) > 1:
         ranking = rank_runs(args.logs, [(r["x"], r["y"]) for r in main_runs],
@@ -617,8 +617,7 @@ def main(argv=None):
 
     if args.json:  # strict JSON: a NaN (R^2 of a flat window) becomes null
         clean = lambda v: None if isinstance(v, float) and not math.isfinite(v) else v
-        print(json.dumps([{k: clean(v) for k, v in r["result"].items() if k != "later"}
-                          for r in runs], indent=1))
+        print(json.dumps([{k: clean(v) for k, v in r["result"].items()} for r in runs], indent=1))
         return
     width = max(len(r["name"]) for r in runs)
     pad = " " * (width + 2)
