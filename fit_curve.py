@@ -50,8 +50,8 @@ Confidence = namedtuple("Confidence", "A A_set curves R0 sigma dispersion level"
 # reading a log
 
 def read_records(path):
-    """-> [(line number, record)] of a headed .csv or train.py's JSONL log; a live run's
-    half-written last line is left for the next read."""
+    """-> [(line number, record)] of a headed .csv or train.py's JSONL log (log.py reads it with
+    this too); a live run's half-written last line is left for the next read."""
     # bad input raises ValueError, one line naming the line and the field
     try:
         with open(path, newline="") as f:
@@ -73,7 +73,7 @@ def read_records(path):
             raise ValueError(f"line {number} is not JSON ({e.msg})") from None
         if not isinstance(record, dict):
             raise ValueError(f"line {number} is not a JSON object")
-        rows.append((number, {k: v for k, v in record.items() if v is not None}))
+        rows.append((number, record))
     return rows
 
 
@@ -94,10 +94,10 @@ def points(rows, x_col="gpu_hours", y_col="val_reward", se_col=None):
                          f"{', '.join(sorted(columns)) or 'none'}")
     found = []  # (line number, x, y, se)
     for line, record in rows:
-        if x_col not in record or y_col not in record:
+        if record.get(x_col) is None or record.get(y_col) is None:
             continue  # a training step without evaluation, or the config line
         x, y = number(record, x_col, line), number(record, y_col, line)
-        se = number(record, se_col, line) if se_col in record else math.nan
+        se = number(record, se_col, line) if record.get(se_col) is not None else math.nan
         if found and x <= found[-1][1]:
             raise ValueError(f"line {line}: {x_col} {x:g} is not above {found[-1][1]:g} "
                              f"on line {found[-1][0]}; compute must increase")

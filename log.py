@@ -15,8 +15,9 @@ import time
 from collections import defaultdict, namedtuple
 from contextlib import suppress
 
-from fit_curve import fit_sigmoid
-from infra.checkpoint import read_log, writing
+from fit_curve import fit_sigmoid, read_records
+from infra import checkpoint
+from infra.checkpoint import writing
 
 
 class Run:
@@ -146,6 +147,33 @@ def warnings(warned, row):
         print(f"warning: {message}", flush=True)
     if new:
         row["warning"] = "; ".join(new)
+
+
+def read_log(path):
+    """log.jsonl -> (its rows, a torn last line: the text after the last newline that is not a row,
+    '' if none: a hard kill or a full disk may cut it short). A complete line that is not JSON, or
+    no log: ValueError, one line naming it."""
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: missing: a checkpoint without its run's log cannot resume")
+    try:  # fit_curve's reader: every line a JSON object, a half-written last line left out
+        records = read_records(path)
+    except ValueError as e:
+        raise ValueError(f"{path} {e}: repair or delete the line") from None
+    with open(path) as f:
+        text = f.read()
+    tail = text[text.rfind("\n") + 1:]
+    read_tail = records and records[-1][0] == text.count("\n") + 1
+    return [record for _, record in records], "" if read_tail else tail
+
+
+def resume(out_dir):
+    """-> (the checkpoint's directory, its state, the log's complete rows up to its step); None: no
+    complete checkpoint. A damaged checkpoint or log: ValueError, one line naming it."""
+    if (path := checkpoint.latest(out_dir)) is None:
+        return None
+    state = checkpoint.read_checkpoint(path)
+    rows, _ = read_log(os.path.join(out_dir, "log.jsonl"))
+    return path, state, [r for r in rows if r.get("step", -1) <= state["step"]]
 
 
 def open_run(out_dir, config, layout, n_params, isolation, logged):

@@ -28,12 +28,14 @@ from transformers import AutoModelForCausalLM
 
 import configurator
 import data
+import head
 import log
 import loss
 import rewards
 import sample
 import scheduler
 from infra import checkpoint, distributed, lora, memory
+from infra.control import RunControl
 from infra.policy import (add_grads, copy_weights, load_policy, micro_batches, push_weights,
                           resolve_dtype, sampler_module, sync_grads)
 from rewards import sandbox
@@ -184,7 +186,7 @@ def check_config():
         (init_from == "scratch" and os.path.exists(os.path.join(out_dir, "log.jsonl")),
          f"out_dir={out_dir!r} holds another run (log.jsonl); pass --init_from=resume or "
          "another --out_dir"),
-        (init_from == "resume" and not checkpoint.resume(out_dir),
+        (init_from == "resume" and not checkpoint.latest(out_dir),
          f"init_from='resume' but {out_dir!r} holds no checkpoint "
          "(a complete ckpt/ or ckpt.old/)"),
         (lora_alpha <= 0, f"lora_alpha={lora_alpha}: must be > 0"),
@@ -340,16 +342,6 @@ def evaluate(samplers, rollouts, task, layout, policy, pad_id):
     return result, tokens
 
 
-def drain(samplers, rollouts):
-    """exact_resume's checkpoint: no new prompt until every sequence in flight has finished (their
-    groups wait for their steps, saved as they are) -> the tokens decoded."""
-    tokens = 0
-    while samplers.num_unfinished:
-        tokens += samplers.step()
-        rollouts.collect(samplers.pop_finished())
-    return tokens
-
-
 # -----------------------------------------------------------------------------
 # the task, the policy, the samplers, the scheduler: each made once per process
 
@@ -402,14 +394,15 @@ def check_resume(state, base_path):
 
 def make_policy(path, layout, resumed=None):
     """The trainer's Policy (infra/policy.py): sharded by FSDP2 when 2+ trainers sit beside sampler
-    ranks. resumed: checkpoint.resume's (its directory, its state, ...); LoRA: path is the base."""
+    ranks. resumed: log.resume's (its directory, its state, ...); LoRA: path is the base."""
     sharded = layout.trainers > 1 and layout.samplers > 0
     ckpt = resumed[0] if resumed else None
     adapters = dict(rank=lora_rank, alpha=lora_alpha, targets=lora_targets, seed=seed, path=path)
     try:
         policy = load_policy(
             path, layout.device, layout.trainer_rank, layout.trainers, sharded,
-            getattr(torch, dtype), checkpoint_activations, ckpt, adapters if lora_rank else None,
+            getattr(torch, dtype), checkpoint_activations, ckpt, head.TokenLogprobs,
+            adapters if lora_rank else None,
             lr=lr, betas=(beta1, beta2), eps=adam_eps, weight_decay=weight_decay)
     except ValueError as e:  # lora_targets that match nothing
         fail(str(e))
@@ -473,46 +466,23 @@ def make_rollouts(task, layout, state):
 # -----------------------------------------------------------------------------
 # the loop
 
-def train_loop(policy, samplers, rollouts, task, layout, run, stop, pad_id, config):
+def train_loop(policy, samplers, rollouts, task, layout, run, control, pad_id):
     """PipelineRL-k in one process's time (the master's, a data-parallel rank's, the one process's):
     hand prompts out, step the samplers, reward the groups that finish, train on a ready batch, push
-    the weights in flight, log and validate. run: log.Run, the log and the compute axis
-    -> (the exit code, the last step)."""
-    dp = layout.role == "data_parallel"
+    the weights in flight, log and validate. run: log.Run, the log and the compute axis; control:
+    infra/control.py's RunControl, when to checkpoint, validate and stop -> the last step."""
     slots = sampler_slots * max(layout.samplers, 1)  # every sampler's (scheduler.room)
-    save_run = lambda step, run, last, **exact: checkpoint.save_run(  # noqa: E731
-        out_dir, policy, task, layout, rollouts,
-        dict(step=step, counters=run.counters, config=config, row=run.row, last=last, **exact))
     step = run.step
-    saved_step = step if run.resumed else -1  # the step of out_dir's checkpoint
-    last = final = stopping = save = False  # final: the run's end (validated), not a sitting's
     while True:
-        # a stop signal is read here, between steps (data-parallel ranks agree on it at the
-        # batch, below): the steps done are checkpointed, a validation not begun is left to the
-        # resumed run
-        stopping = stopping or (stop.name is not None and not dp)
-        save_now = (save or stopping) and saved_step != step
-        # exact_resume: the sequences in flight finish, the step validates, then the checkpoint
-        # keeps the samplers' random state as the log leaves it (a signal's stop is prompt: no
-        # drain, its groups go out again)
-        drained = save_now and exact_resume and not stopping
-        if drained:
-            run.generated += drain(samplers, rollouts)
-        elif save_now:  # before a validation that may take hours
-            save_run(step, run, final)
-            saved_step = step
-        # validate (step 0, every eval_interval steps, the last) and log the step's row
-        if run.unlogged and not (stopping and run.evaluate):
+        # between steps: a checkpoint when due, then validate (step 0, every eval_interval steps,
+        # the last) and log the step's row
+        if control.boundary(step):
             if run.evaluate:
                 scores, tokens = evaluate(samplers, rollouts, task, layout, policy, pad_id)
                 run.row.update(scores)
                 run.generated += tokens
             run.write()
-        if drained:
-            save_run(step, run, final, rollouts=rollouts.state_dict(),
-                     sampler=samplers.state_dict(), generated=run.generated)
-            saved_step = step
-        if last or stopping or step >= max_steps:
+        if control.stops(step):
             break
         # hand out new prompts within the lag bound, one engine step on every sampler, finished
         # groups in
@@ -520,63 +490,30 @@ def train_loop(policy, samplers, rollouts, task, layout, run, stop, pad_id, conf
         rollouts.hand_out(samplers, step, room)
         run.generated += samplers.step()
         rollouts.collect(samplers.pop_finished())
-        # a stop meanwhile (in a validation or this engine step): no step begins; the top
-        # checkpoints, its groups go out again on resume
-        if stop.name is not None and not dp:
+        if control.signalled():  # a stop meanwhile: no step begins
             continue
-        batch = rollouts.ready_batch(step)
-        if batch is None:  # every prompt retired (No-Positive-Resampling), none decoding: stop
-            last = rollouts.starved and not samplers.num_unfinished and not dp
+        if (batch := rollouts.ready_batch(step)) is None:  # keep sampling, unless none is left
+            control.starved()
             continue
         # reward: the verifier or the sandbox, and the curriculum's pass rates
         reward_groups(batch, task, rollouts.curriculum)
-        # the budget: exact_resume stops at a checkpoint step, where a resume goes on exactly
-        timed = (0 < max_minutes * 60 < run.seconds()
-                 and not (exact_resume and (step + 1) % ckpt_interval))
-        ends = step + 1 >= max_steps or rollouts.starved
-        last = ends or timed
-        if dp:  # one batch of every rank's share, one stop decision (a signal's too), its tokens
-            batch, last, run.generated, stopping = distributed.agree(
-                batch, last, run.generated, stop.name is not None)
-        # the step validated as the run's last; a sitting's stop (exact_resume) validates as any
-        final = ends if exact_resume else last
-        save = last or (step + 1) % ckpt_interval == 0  # at the loop's top
-        for rank in range(1, layout.trainers) if layout.samplers else ():
-            layout.mailbox.send(rank, ("step", batch, step))  # the followers train it too
+        batch = control.decide(step, batch)
+        distributed.send_step(layout, batch, step)  # the followers train it too
         # train, then push the weights into every sampler, in flight
         stats = train_step(policy, batch, step, pad_id)
         step += 1
-        push_weights(policy, samplers, step, getattr(torch, sampler_dtype),
-                     weight_bucket_mb << 20)
-        run.count(step, stats, evaluate=step % eval_interval == 0 or final)
-    if rollouts.starved and last and layout.rank == 0:
-        print(f"every training prompt{' of a data-parallel share' if dp else ''} is retired by "
-              "No-Positive-Resampling: stopping")
-    # finished: a signal meanwhile changes nothing
-    done = not run.unlogged and (last or step >= max_steps)
-    exit_code = distributed.PREEMPTED if stopping and not done else 0
-    if layout.samplers:  # the last message to every other rank
-        samplers.stop(exit_code)
-    run.close()
-    return exit_code, step
+        push(policy, samplers, step)
+        run.count(step, stats, evaluate=control.evaluates(step))
+    if rollouts.starved and control.last and layout.rank == 0:
+        print(f"every training prompt{' of a data-parallel share' if control.dp else ''} is retired "
+              "by No-Positive-Resampling: stopping")
+    return step
 
 
-def run_follower(path, task, layout, pad_id, resumed):
-    """A follower trainer's life: its share of each step and checkpoint the master sends, until
-    'stop' -> the exit code that carries."""
-    policy = make_policy(path, layout, resumed)
-    if policy.lora and resumed:  # the master's first push (the samplers start from the base)
-        push_weights(policy, None, resumed[1]["step"], getattr(torch, sampler_dtype),
-                     weight_bucket_mb << 20)
-    while (message := layout.mailbox.get(0, "the master (rank 0)"))[0] != "stop":
-        if message[0] == "save":  # the master's checkpoint.save_run:
-                                  # full_state gathers from every trainer
-            checkpoint.save(out_dir, policy, task.tokenizer, None)
-            continue
-        _, batch, step = message
-        train_step(policy, batch, step, pad_id)
-        push_weights(policy, None, step + 1, getattr(torch, sampler_dtype), weight_bucket_mb << 20)
-    return message[1]
+def push(policy, samplers, version):
+    """The policy's weights into every sampler, in flight (None: a follower's part of the
+    broadcast)."""
+    push_weights(policy, samplers, version, getattr(torch, sampler_dtype), weight_bucket_mb << 20)
 
 
 # -----------------------------------------------------------------------------
@@ -593,7 +530,10 @@ if __name__ == "__main__":
     dtype, trainer_why = resolve_dtype(dtype, device)
     sampler_dtype, sampler_why = resolve_dtype(sampler_dtype, device)
     config = current_config()
-    resumed = checkpoint.resume(out_dir) if init_from == "resume" else None
+    try:  # (a damaged checkpoint or log: a ValueError)
+        resumed = log.resume(out_dir) if init_from == "resume" else None
+    except ValueError as e:
+        fail(str(e))
     layout = distributed.setup(n_samplers, rank_timeout, device, sampler)
     # a dead or silent peer: one line, exit 1
     sys.excepthook = distributed.rank_error_hook(layout.rank)
@@ -630,7 +570,13 @@ if __name__ == "__main__":
         exit_code = distributed.serve(make_sampler(model_dir, task, layout, step, max_len),
                                       layout, rank_timeout)
     elif layout.role == "follower":  # train a share of each batch the master sends
-        exit_code = run_follower(model_dir, task, layout, pad_id, resumed)
+        policy = make_policy(model_dir, layout, resumed)
+        if policy.lora and resumed:  # the master's first push (the samplers start from the base)
+            push(policy, None, step)
+        exit_code = distributed.follow(
+            layout, lambda batch, s: train_step(policy, batch, s, pad_id),
+            lambda version: push(policy, None, version),
+            lambda: checkpoint.save(out_dir, policy, task.tokenizer, None))
     else:  # the master, a data-parallel rank, or the one process: the loop's state, made here
         policy = make_policy(model_dir, layout, resumed)
         rollouts = make_rollouts(task, layout, state)
@@ -640,8 +586,7 @@ if __name__ == "__main__":
         if state and state.get("sampler"):  # drained (exact_resume): the random state it had
             samplers.load_state_dict(state["sampler"])
         if policy.lora and state:
-            push_weights(policy, samplers, step, getattr(torch, sampler_dtype),
-                         weight_bucket_mb << 20)
+            push(policy, samplers, step)
         n_adapter = sum(p.numel() for p in policy.model.parameters() if p.requires_grad
                         ) if policy.lora else 0
         n_params = sum(p.numel() for p in policy.model.parameters()) - n_adapter
@@ -651,8 +596,18 @@ if __name__ == "__main__":
         opened = (log.open_run(out_dir, config, layout, n_params, isolation, logged)
                   if layout.rank == 0 else None)
         run = log.Run(state, logged, eval_interval, n_params, layout.world, opened, n_adapter)
-        exit_code, step = train_loop(
-            policy, samplers, rollouts, task, layout, run, stop, pad_id, config)
+        save = lambda step, last, **exact: checkpoint.save_run(  # noqa: E731
+            out_dir, policy, task, layout, rollouts,
+            dict(step=step, counters=run.counters, config=config, row=run.row, last=last, **exact))
+        control = RunControl(
+            run, samplers, rollouts, stop, save,
+            distributed.agree if layout.role == "data_parallel" else None,
+            max_steps, max_minutes, ckpt_interval, eval_interval, exact_resume)
+        step = train_loop(policy, samplers, rollouts, task, layout, run, control, pad_id)
+        exit_code = control.exit_code(step)
+        if layout.samplers:  # the last message to every other rank
+            samplers.stop(exit_code)
+        run.close()
     distributed.finish(layout)
     if exit_code:  # stopped by a signal:
                    # every rank exits with PREEMPTED, the master says how to go on

@@ -145,8 +145,8 @@ def run(config, seed, out, settings):
         return
     resumed = None
     if os.path.isdir(os.path.join(out, "ckpt")) or os.path.isdir(os.path.join(out, "ckpt.old")):
-        from infra import checkpoint  # torch and transformers: only when a run resumes
-        found = checkpoint.resume(out)  # (directory, state, log rows) of the checkpoint train.py will take, or None
+        from log import resume  # torch and transformers: only when a run resumes
+        found = resume(out)  # (directory, state, log rows) of the checkpoint train.py will take, or None
         resumed = found[1]["step"] if found else None
     if resumed is None:
         shutil.rmtree(out, ignore_errors=True)

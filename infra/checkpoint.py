@@ -2,12 +2,11 @@
 Hugging Face model directory (fp32 weights and the tokenizer: transformers and vLLM load it as it
 is; with LoRA the adapter in PEFT's files, the base model's fingerprint in state.pt) with
 optimizer.pt and state.pt (step, counters, curriculum, the step's log row, the other files'
-sizes), written beside the old one and swapped in. On resume the checkpoint is checked and the log
-cut back to its step: it goes on with no gap and no duplicate. A write that fails (a full disk) ends
+sizes), written beside the old one and swapped in. On resume (log.resume) the checkpoint is checked
+and the log cut back to its step: it goes on with no gap and no duplicate. A write that fails (a full disk) ends
 the run in one line, leaving the log's complete rows and the last complete checkpoint
 (docs/resume.md)."""
 
-import json
 import os
 import shutil
 import sys
@@ -17,12 +16,8 @@ from contextlib import contextmanager, suppress
 import torch
 from safetensors import safe_open
 
-import configurator
 from infra.lora import save_peft
 from infra.policy import full_state
-
-def fail(message):
-    configurator.fail("train.py", message)  # one line, exit 2
 
 
 def first_line(error):
@@ -51,27 +46,10 @@ def writing(path, undo=lambda: None):
         os._exit(1)
 
 
-def read_log(path):
-    """log.jsonl -> (its rows, a torn last line: the text after the last newline, '' if none). A
-    hard kill or a full disk may cut the last line short; a complete line that is not JSON: one line
-    naming it, exit 2."""
-    if not os.path.isfile(path):
-        fail(f"{path}: missing: a checkpoint without its run's log cannot resume")
-    with open(path) as f:
-        lines = f.read().split("\n")
-    rows = []
-    for number, line in enumerate(lines[:-1], 1):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            fail(f"{path} line {number}: not a JSON row ({e.msg}): repair or delete the line")
-    return rows, lines[-1]
-
-
 def read_checkpoint(path):
     """A complete checkpoint directory's state.pt, its other files checked against the sizes it
     recorded and their headers and pickles read: one that is truncated or garbled -> one line naming
-    it, exit 2. Bytes changed inside the tensors pass (no checksums: hashing an 8B model's
+    it (ValueError). Bytes changed inside the tensors pass (no checksums: hashing an 8B model's
     checkpoint takes a minute)."""
     def read_pickle(file):  # torch.save's zip: its directory, and its pickle read, CRC-32 checked
         with zipfile.ZipFile(file) as z:
@@ -92,25 +70,21 @@ def read_checkpoint(path):
             elif name.endswith(".pt"):
                 read_pickle(file)
     except Exception as e:
-        fail(f"{file}: a damaged checkpoint file, truncated or garbled ({first_line(e)}); "
-             "restore it or start again in another --out_dir")
+        raise ValueError(f"{file}: a damaged checkpoint file, truncated or garbled "
+                         f"({first_line(e)}); restore it or start again in another --out_dir") from None
     return state
 
 
-def resume(out_dir):
-    """-> (the checkpoint's directory, its state, the log's complete rows up to its step); None: no
-    complete one (ckpt.old: a kill between the swap's two renames)."""
-    for path in (os.path.join(out_dir, d) for d in ("ckpt", "ckpt.old")):
-        if os.path.isfile(os.path.join(path, "state.pt")):
-            state = read_checkpoint(path)
-            rows, _ = read_log(os.path.join(out_dir, "log.jsonl"))
-            return path, state, [r for r in rows if r.get("step", -1) <= state["step"]]
-    return None
+def latest(out_dir):
+    """The complete checkpoint directory a resume takes (ckpt.old: a kill between the swap's two
+    renames), or None."""
+    return next((path for path in (os.path.join(out_dir, d) for d in ("ckpt", "ckpt.old"))
+                 if os.path.isfile(os.path.join(path, "state.pt"))), None)
 
 
 def save_run(out_dir, policy, task, layout, rollouts, state):
     """The checkpoint: weights and optimizer, every rank's curriculum and its groups in flight,
-    `state`. The master's followers save with it (train.py's run_follower): full_state's gathers
+    `state`. The master's followers save with it (distributed.follow): full_state's gathers
     need every trainer."""
     from infra.distributed import gather_objects
     for rank in range(1, layout.trainers) if layout.role == "master" else ():

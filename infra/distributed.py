@@ -17,13 +17,12 @@ import threading
 import time
 from collections import namedtuple
 from contextlib import contextmanager, suppress
-from dataclasses import replace
+from dataclasses import is_dataclass, replace
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from scheduler import Group
 
 Layout = namedtuple("Layout", "rank world role trainers samplers trainer_rank device store mailbox "
                                "weight_group heartbeat")
@@ -250,8 +249,8 @@ class Heartbeat:
 
 def convert(x, to_arrays):
     """Groups' per-token lists as arrays (int32 ids and versions, fp32 log-probs, bool masks),
-    or back."""
-    if isinstance(x, Group):
+    or back (a Group: scheduler.py's, any dataclass with completions)."""
+    if is_dataclass(x) and hasattr(x, "completions"):
         as_ = np.asarray if to_arrays else (lambda v, t: v.tolist())
         return replace(x, prompt_ids=as_(x.prompt_ids, np.int32), completions=[
             replace(c, token_ids=as_(c.token_ids, np.int32), logprobs=as_(c.logprobs, np.float32),
@@ -343,6 +342,26 @@ def agree(batch, last, generated, signalled):
     (a signal's too), the tokens all of them decoded."""
     batches, stops, decoded, signals = zip(*gather_objects((batch, last, generated, signalled)))
     return [g for share in batches for g in share], any(stops), sum(decoded), any(signals)
+
+
+def send_step(layout, batch, step):
+    """The master's batch to its follower trainers (each trains its share of the rows)."""
+    for rank in range(1, layout.trainers) if layout.samplers else ():
+        layout.mailbox.send(rank, ("step", batch, step))
+
+
+def follow(layout, train, push, save):
+    """A follower trainer's life: its share of each step the master sends (train(batch, step), then
+    push(version): its part of the broadcast) and of each checkpoint (save(): full_state gathers
+    from every trainer), until "stop" -> the exit code that carries."""
+    while (message := layout.mailbox.get(0, "the master (rank 0)"))[0] != "stop":
+        if message[0] == "save":
+            save()
+            continue
+        _, batch, step = message
+        train(batch, step)
+        push(step + 1)
+    return message[1]
 
 
 def bucket_plan(shapes, bucket_bytes, element_size):

@@ -7,11 +7,12 @@ back to the OS after each step (release). Without the model:
 import ctypes
 import os
 import sys
+from ast import literal_eval
 from collections import namedtuple
+from contextlib import suppress
 
 import torch
 
-import configurator
 from infra import lora
 
 GiB = 1 << 30
@@ -249,8 +250,18 @@ if __name__ == "__main__":
     defaults = dict(dict.fromkeys(FIELDS, 0), tie_word_embeddings=False, gpus=1, n_samplers=0,
                     gpu_gib=141.0, micro_batch_tokens=16384, max_len=16384, expected_len=0,
                     sync_every=True)
-    smallest = dict(dict.fromkeys(FIELDS, 1), gpus=1, n_samplers=0)
-    args = configurator.configure(defaults, sys.argv[1:], "infra/memory.py", smallest)
+    smallest = dict(dict.fromkeys(defaults, 0), **dict.fromkeys(FIELDS, 1), gpus=1)
+    args = dict(defaults)
+    for arg in sys.argv[1:]:  # --key=value, strict, as train.py's configurator is
+        key, _, text = arg.removeprefix("--").partition("=")
+        value = None
+        with suppress(ValueError, SyntaxError):
+            value = literal_eval(text)
+        if key not in args or type(value) not in (type(args[key]), int) or value < smallest[key]:
+            print(f"infra/memory.py: error: {arg}: expected --key=number (>= {smallest.get(key, 0)}); "
+                  f"keys: {', '.join(args)}", file=sys.stderr)
+            sys.exit(2)  # bad input, as everywhere
+        args[key] = type(args[key])(value)
     shape = shape_of(args)
     gpus, samplers, gpu = args["gpus"], args["n_samplers"], args["gpu_gib"] * GiB
     one_gpu = gpus == 1

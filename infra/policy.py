@@ -19,7 +19,6 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optim
                                                      set_optimizer_state_dict)
 from transformers import AutoModelForCausalLM
 
-import head
 from infra import lora as lora_adapters
 from infra.distributed import RemoteSamplers, bucket_plan, naming_peers
 
@@ -58,9 +57,10 @@ def resolve_dtype(name, device):
 
 
 def load_policy(path, device, rank, ranks, sharded, dtype, checkpoint_activations, resume_from,
-                lora=None, **adamw):
+                head, lora=None, **adamw):
     """The trainer's Policy from a Hugging Face directory; resume_from: a checkpoint's directory
-    (its optimizer.pt, and with LoRA its adapter) or None. lora: {rank, alpha, targets, seed}."""
+    (its optimizer.pt, and with LoRA its adapter) or None; head: the log-prob module around the
+    model (head.TokenLogprobs). lora: {rank, alpha, targets, seed}."""
     # sharded: FSDP2 over the `ranks` trainers (beside sampler ranks); otherwise every rank holds
     # the model
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).train()
@@ -73,7 +73,7 @@ def load_policy(path, device, rank, ranks, sharded, dtype, checkpoint_activation
             lora_adapters.load_peft(resume_from, model)
     if checkpoint_activations:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=dict(use_reentrant=False))
-    logprobs = head.TokenLogprobs(model if sharded or lora else compute_copy(model, dtype))
+    logprobs = head(model if sharded or lora else compute_copy(model, dtype))
     if sharded:
         shard(model, dtype, root=logprobs)
     # foreach: under FSDP2 every parameter is a DTensor (the root is sharded too), so the

@@ -351,4 +351,4 @@ def test_a_torn_last_log_line_is_dropped_on_resume_in_one_line_and_a_garbled_one
     (out / "log.jsonl").write_text("".join(lines[:2] + ["{garbled\n"] + lines[3:]))
     result = run_train(out, *EVERY, "--max_steps=8", "--init_from=resume")
     assert result.returncode == 2 and len(lines_of(result.stderr)) == 1, result.stderr[-3000:]
-    assert result.stderr.startswith(f"train.py: error: {out / 'log.jsonl'} line 3: not a JSON row")
+    assert result.stderr.startswith(f"train.py: error: {out / 'log.jsonl'} line 3 is not JSON (")

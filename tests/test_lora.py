@@ -124,7 +124,7 @@ def test_a_checkpoint_holds_the_adapter_in_pefts_files_and_restores_the_run_bit_
     assert config["target_modules"] == sorted(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                "down_proj"])
     assert config["base_model_name_or_path"] == given  # a committed adapter names no one machine's directories
-    resumed = (tmp_path / "ckpt", checkpoint.read_checkpoint(tmp_path / "ckpt"), [])  # checkpoint.resume's
+    resumed = (tmp_path / "ckpt", checkpoint.read_checkpoint(tmp_path / "ckpt"), [])  # log.resume's
     again = train.make_policy(tiny_model_dir, ONE_PROCESS, resumed)
     for p, q in zip(policy.model.parameters(), again.model.parameters()):
         assert torch.equal(p, q)
