@@ -7,12 +7,22 @@ line on stderr, exit code 2, no work.
 import os
 import sys
 from ast import literal_eval
+from contextlib import contextmanager
 
 
 def fail(program, message):
     """Bad input or config: one line, exit code 2."""
     print(f"{program}: error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+@contextmanager
+def failing(program, prefix=""):
+    """Bad input the code inside names in a ValueError -> fail(program, prefix + its message)."""
+    try:
+        yield
+    except ValueError as e:
+        fail(program, prefix + str(e))
 
 
 def configure(defaults, args, program, rules=None):

@@ -25,7 +25,12 @@ class Run:
     whether it is logged and evaluated yet, and the open log (the master's; None on the other
     ranks)."""
 
-    def __init__(self, state, logged, eval_interval, n_params, world, log=None, n_adapter=0):
+    def __init__(self, state, logged, config, layout, sizes, isolation=None):
+        """state, logged: log.resume's (None, None: a new run); sizes: the base model's parameters
+        and the LoRA adapters'; isolation: what code rewards run under (the master's log header)."""
+        n_params, n_adapter = sizes
+        log = open_run(config, layout, n_params, isolation, logged) if layout.rank == 0 else None
+        eval_interval, world = config["eval_interval"], layout.world
         self.step, self.resumed = (state["step"], True) if state else (0, False)  # where it starts
         self.counters = state["counters"] if state else dict(train_seconds=0.0, flops=0.0, tokens=0)
         self.n_params, self.n_adapter, self.world, self.log = n_params, n_adapter, world, log
@@ -176,12 +181,12 @@ def resume(out_dir):
     return path, state, [r for r in rows if r.get("step", -1) <= state["step"]]
 
 
-def open_run(out_dir, config, layout, n_params, isolation, logged):
+def open_run(config, layout, n_params, isolation, logged):
     """The master's config.json and log.jsonl (mirrored to Weights & Biases with wandb_log)."""
     # A new run writes the header: the config, the model's size and, with code rewards, the
     # sandbox's isolation (printed too); a resumed one rewrites its rows `logged` (the lines after
     # its checkpoint are a crash's leftovers)
-    header = dict(config=config, n_params=n_params, world=layout.world)
+    out_dir, header = config["out_dir"], dict(config=config, n_params=n_params, world=layout.world)
     if isolation:  # the isolation code rewards run under
         header["sandbox"] = isolation
         print("sandbox: " + "; ".join(f"{k} {v}" for k, v in isolation.items()), flush=True)

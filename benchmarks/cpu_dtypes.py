@@ -48,13 +48,13 @@ def measure(dtype, args, profiled=False):
     """-> (train step s, sampler tokens/s, the top ops of the step and of decoding)"""
     train.configure([f"--dtype={dtype}", "--micro_batch=16", "--lr=1e-6", "--warmup_steps=0"])
     layout = distributed.Layout(0, 1, "single", 1, 0, 0, torch.device("cpu"), None, None, None, None)
-    policy = train.make_policy(args["model_path"], layout)
+    policy = train.make_policy(train.current_config(), args["model_path"], layout)
     groups = batch(args["rows"], args["prompt_len"], args["completion_len"], policy.model.config.vocab_size)
-    train.train_step(policy, groups, 0, 0)  # warm
+    train.train_step(train.current_config(), policy, groups, 0, 0)  # warm
     profiler = lambda: profile(activities=[ProfilerActivity.CPU]) if profiled else contextlib.nullcontext()
     with profiler() as trainer_prof:
         started = time.perf_counter()
-        train.train_step(policy, groups, 1, 0)
+        train.train_step(train.current_config(), policy, groups, 1, 0)
         step_s = time.perf_counter() - started
     sampler = TorchSampler(policy.logprobs.model, temperature=1.0, max_seqs=args["rows"], seed=0, eos_ids=(),
                            think_budget=None, max_new_tokens=args["completion_len"])

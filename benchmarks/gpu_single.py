@@ -168,11 +168,11 @@ def run_path(name, model_dir, layout, prompts, args, device, out):
                                     store=dist.HashStore(), rank=0, world_size=1)
         # load_policy shards when 2+ trainers sit beside sampler ranks: a layout that says so, then the policy
         # told it is the only trainer (rank 0 of 1: no loss scaling, every row its own)
-        policy = train.make_policy(model_dir, layout._replace(trainers=2, samplers=1))._replace(ranks=1)
+        policy = train.make_policy(train.current_config(), model_dir, layout._replace(trainers=2, samplers=1))._replace(ranks=1)
         sampler_model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, train.dtype))
         sampler_model = sampler_model.to(device).eval()  # a sampler's own copy, as train.make_sampler makes it
     else:
-        policy = train.make_policy(model_dir, layout)
+        policy = train.make_policy(train.current_config(), model_dir, layout)
         # the trainer's compute copy itself (LoRA: a merged copy)
         sampler_model = sampler_module(policy, getattr(torch, train.dtype))
     sampler = TorchSampler(sampler_model, temperature=train.temperature, fp32_head=train.fp32_head,
@@ -214,7 +214,7 @@ def run_path(name, model_dir, layout, prompts, args, device, out):
         before = [whole(p).detach().to("cpu", copy=True) for p in trained] if step == 0 else None
         reset_peak(device)
         t = now(device)
-        stats = train.train_step(policy, groups, step, 0)
+        stats = train.train_step(train.current_config(), policy, groups, step, 0)
         seconds = now(device) - t
         assert "skipped" not in stats and stats["effective_prompts"] == len(groups), stats
         mfu = flops_per_token * stats["trained_tokens"] / seconds / args.peak_flops

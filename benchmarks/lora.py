@@ -48,7 +48,7 @@ def one(args, rank):
     train.sampler_dtype = P.resolve_dtype(train.sampler_dtype, "cpu")[0]
     layout = distributed.Layout(0, 1, "single", 1, 0, 0, torch.device("cpu"), None, None, None, None)
     started = time.perf_counter()
-    policy = train.make_policy(args["model_path"], layout)
+    policy = train.make_policy(train.current_config(), args["model_path"], layout)
     dtype = getattr(torch, train.sampler_dtype)
     sampler = TorchSampler(P.sampler_module(policy, dtype), max_seqs=args["decode_rows"], seed=0, eos_ids=(),
                            max_new_tokens=args["decode_tokens"])
@@ -63,7 +63,7 @@ def one(args, rank):
                    trained_params=sum(p.numel() for p in policy.model.parameters() if p.requires_grad))
     for step in range(2):
         started = time.perf_counter()
-        stats = train.train_step(policy, groups, step, 0)
+        stats = train.train_step(train.current_config(), policy, groups, step, 0)
         figures["train_step_s"] = time.perf_counter() - started
     assert "skipped" not in stats, stats
     plan = P.weight_plan(policy.model, 1 << 30, dtype)

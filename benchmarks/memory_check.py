@@ -305,14 +305,14 @@ def real_rank(rank, ranks, port, variants, tokens, micro_batches, timing, out):
         policy = build_policy(SMOLLM2_135M, rank, ranks, getattr(torch, dtype), checkpoint == "ckpt")
         gradient_sync(policy, sync == "every", micro_batches)
         groups = rows_of(SMOLLM2_135M["vocab_size"], micro_batches * ranks, tokens)  # micro-batches of 1 row
-        peaks = tracked(policy, lambda: train.train_step(policy, groups, 10, 0))
+        peaks = tracked(policy, lambda: train.train_step(train.current_config(), policy, groups, 10, 0))
         seconds = rss_rise = None
         if timing:  # a step without the tracker: its time, and how far the resident memory rose in it
             import gc
             gc.collect()
             resident, peak = peak_rss_reset()
             started = time.time()
-            train.train_step(policy, groups, 11, 0)
+            train.train_step(train.current_config(), policy, groups, 11, 0)
             seconds, rss_rise = time.time() - started, peak() - resident
         plan = memory.trainer_phases(memory.shape_of(SMOLLM2_135M), ranks, True, getattr(torch, dtype).itemsize,
                                      tokens, checkpoint == "ckpt", sync == "every", cpu=True)

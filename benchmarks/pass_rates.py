@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import data  # noqa: E402
 from infra import distributed  # noqa: E402
 import rewards  # noqa: E402
+import sample  # noqa: E402
 import train  # noqa: E402
 from infra import lora  # noqa: E402
 from infra.policy import resolve_dtype  # noqa: E402
@@ -49,7 +50,7 @@ if __name__ == "__main__":
     train.sampler_dtype, why = resolve_dtype(train.sampler_dtype, train.device)
     print(f"the sampler computes in {train.sampler_dtype} ({why})", flush=True)
     torch.manual_seed(train.seed)
-    path = train.model_path or train.tiny_model()
+    path = train.model_path or train.tiny_model(train.data_seed)
     if "adapter" in ours:
         path = merged_model(path, ours["adapter"])
     layout = distributed.Layout(0, 1, "single", 1, 0, 0, torch.device(train.device), None, None, None, None)
@@ -58,7 +59,7 @@ if __name__ == "__main__":
                               train.answer_field, train.prompt_template)
         max_len = max(len(p.input_ids) for p in task.val_prompts) + train.think_budget_max + train.answer_budget + \
             len(data.interruption(task.tokenizer))
-        sampler = train.make_sampler(path, task, layout, 0, max_len)
+        sampler = sample.make(train.current_config(), path, task, layout, 0, max_len)
         for i, prompt in enumerate(task.val_prompts):
             sampler.add(i, prompt.input_ids, train.eval_samples)
         groups, tokens, started = [], 0, time.time()

@@ -3,8 +3,11 @@ Benchmark (not a test): one training step of train.py's own code and one sampler
 part, against what the machine can do (its measured matmul peak and memory bandwidth):
 
     python benchmarks/step_roofline.py --model_path=.cache/smollm2/model --rows=128 --prompt_len=80 --completion_len=32
-    python benchmarks/step_roofline.py --model_path=.cache/qwen_coder/model --rows=32 --prompt_len=120 --completion_len=300
+    python benchmarks/step_roofline.py --model_path=.cache/qwen_coder/model --rows=8 --prompt_len=120 --completion_len=300
     python benchmarks/step_roofline.py --shape=qwen0.5b ...    # a random model of that shape (smollm2 | qwen0.5b)
+
+A 0.5B model's step holds its fp32 weights, gradients and AdamW's moments (~8 GB) and every row's activations:
+on a 24 GB machine --rows=8 runs, and --rows=32 (with --shape=qwen0.5b) was killed by the kernel at 24 GB resident.
 
 The step: train.train_step on made-up groups of rows x (prompt_len + completion_len) tokens (fp32
 masters and AdamW, compute in --dtype, the fp32 head, the config's micro-batches), profiled; every
@@ -160,7 +163,7 @@ def profile_step(policy, groups, vocab):
             wrap(train, "copy_weights", "upkeep")]
     try:
         with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-            wall = timed(lambda: train.train_step(policy, groups, 1, 0))
+            wall = timed(lambda: train.train_step(train.current_config(), policy, groups, 1, 0))
     finally:
         for u in undo:
             u()
@@ -230,8 +233,8 @@ def compare(args, policy, groups):
         for name in best:
             undo = variant(policy, name)
             try:
-                train.train_step(policy, groups, 1, 0)  # warm, in this variant
-                best[name] = min(best[name], timed(lambda: train.train_step(policy, groups, 1, 0)))
+                train.train_step(train.current_config(), policy, groups, 1, 0)  # warm, in this variant
+                best[name] = min(best[name], timed(lambda: train.train_step(train.current_config(), policy, groups, 1, 0)))
             finally:
                 undo()
     return {name: round(s, 3) for name, s in best.items()}
@@ -241,11 +244,11 @@ def trainer(args, path, peak):
     train.configure([f"--dtype={args['dtype']}", f"--micro_batch={args['micro_batch']}", "--lr=1e-6",
                      "--warmup_steps=0", f"--micro_batch_tokens={args['micro_batch_tokens']}"])
     layout = distributed.Layout(0, 1, "single", 1, 0, 0, torch.device("cpu"), None, None, None, None)
-    policy = train.make_policy(path, layout)
+    policy = train.make_policy(train.current_config(), path, layout)
     config = policy.model.config
     groups = made_up_groups(args, config.vocab_size)
-    train.train_step(policy, groups, 0, 0)  # warm: allocations, oneDNN's kernels
-    wall = min(timed(lambda: train.train_step(policy, groups, 1, 0)) for _ in range(args["repeats"]))
+    train.train_step(train.current_config(), policy, groups, 0, 0)  # warm: allocations, oneDNN's kernels
+    wall = min(timed(lambda: train.train_step(train.current_config(), policy, groups, 1, 0)) for _ in range(args["repeats"]))
     seconds, profiled_wall = profile_step(policy, groups, config.vocab_size)
     H, V, layers = config.hidden_size, config.vocab_size, config.num_hidden_layers
     T = args["prompt_len"] + args["completion_len"]

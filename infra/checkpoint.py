@@ -3,9 +3,9 @@ Hugging Face model directory (fp32 weights and the tokenizer: transformers and v
 is; with LoRA the adapter in PEFT's files, the base model's fingerprint in state.pt) with
 optimizer.pt and state.pt (step, counters, curriculum, the step's log row, the other files'
 sizes), written beside the old one and swapped in. On resume (log.resume) the checkpoint is checked
-and the log cut back to its step: it goes on with no gap and no duplicate. A write that fails (a full disk) ends
-the run in one line, leaving the log's complete rows and the last complete checkpoint
-(docs/resume.md)."""
+and the log cut back to its step: it goes on with no gap and no duplicate. A write that fails (a
+full disk) ends the run in one line, leaving the log's complete rows and the last complete
+checkpoint (docs/resume.md)."""
 
 import os
 import shutil
@@ -70,8 +70,8 @@ def read_checkpoint(path):
             elif name.endswith(".pt"):
                 read_pickle(file)
     except Exception as e:
-        raise ValueError(f"{file}: a damaged checkpoint file, truncated or garbled "
-                         f"({first_line(e)}); restore it or start again in another --out_dir") from None
+        raise ValueError(f"{file}: a damaged checkpoint file, truncated or garbled ({first_line(e)}"
+                         "); restore it or start again in another --out_dir") from None
     return state
 
 

@@ -161,8 +161,8 @@ def setup(n_samplers, timeout_s, device_type, sampler):
     if n_samplers and (rank == 0 or rank >= trainers):
         group_rank, size = (0 if rank == 0 else rank - trainers + 1), n_samplers + 1
         weight_store = dist.PrefixStore("scalerl/weights", store)
-        if device.type == "cuda":  # torch 2.13 distributed_c10d.py:2194-2208 builds its NCCL
-                                   # groups this way
+        if device.type == "cuda":  # as torch builds its own NCCL groups (docs/vllm.md,
+                                   # "The source lines")
             options = dist.ProcessGroupNCCL.Options(is_high_priority_stream=False)
             # its own watchdog only far beyond rank_timeout: broadcast() names a silent peer first,
             # then aborts

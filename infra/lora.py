@@ -117,6 +117,19 @@ def merged_copy(model, dtype):
     return copied
 
 
+def resume_problem(saved, lora_state, now, base_path):
+    """A checkpoint's run (saved: its config; lora_state: its adapter's, with the base model's
+    fingerprint) against this run's LoRA knobs (now: lora_rank, lora_alpha, lora_targets) and base
+    model -> what stops the resume, or None."""
+    was = {**now, "lora_rank": 0, **saved}  # (an older checkpoint's missing keys)
+    if changed := [f"{k}={was[k]!r}" for k in now if was[k] != now[k]]:
+        return f"the checkpoint's run had {', '.join(changed)}: resume with its settings"
+    if now["lora_rank"] and (base := fingerprint(base_path)) != lora_state["base"]:
+        return (f"{base_path}: not the base model the checkpoint's adapter was trained on "
+                f"(fingerprint {base}, the checkpoint's {lora_state['base']})")
+    return None
+
+
 @functools.lru_cache
 def fingerprint(path):
     """A model directory's identity, whatever dtype holds it: a hash of its safetensors' every

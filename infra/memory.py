@@ -169,8 +169,8 @@ def plan(shape, trainers, sharded, n_samplers, one_gpu, dtype_bytes, tokens_per_
 
 def slots_that_fit(kv_tokens, expected_len):
     """The sequences to decode at once: those the KV cache holds at the expected length."""
-    # past them vLLM preempts the newest request and recomputes it from scratch, silently under LLM
-    # (vllm 0.32 v1/core/sched/scheduler.py:775-848, no swap)
+    # past them vLLM preempts the newest request and recomputes it from scratch, silently under LLM,
+    # with no swap (docs/vllm.md, "The source lines")
     return int(kv_tokens // max(expected_len, 1))
 
 
@@ -258,8 +258,8 @@ if __name__ == "__main__":
         with suppress(ValueError, SyntaxError):
             value = literal_eval(text)
         if key not in args or type(value) not in (type(args[key]), int) or value < smallest[key]:
-            print(f"infra/memory.py: error: {arg}: expected --key=number (>= {smallest.get(key, 0)}); "
-                  f"keys: {', '.join(args)}", file=sys.stderr)
+            print(f"infra/memory.py: error: {arg}: expected --key=number (>= "
+                  f"{smallest.get(key, 0)}); keys: {', '.join(args)}", file=sys.stderr)
             sys.exit(2)  # bad input, as everywhere
         args[key] = type(args[key])(value)
     shape = shape_of(args)

@@ -56,6 +56,17 @@ def resolve_dtype(name, device):
     return name, "as configured" + (", though this CPU has no native bf16" if slow else "")
 
 
+def resolve_dtypes(trainer, sampler, device, saved=None):
+    """The trainer's and the sampler's dtype knobs -> (their dtypes, the start's line saying why);
+    saved: a resumed checkpoint's config, whose 'auto' on another machine may have differed."""
+    (trainer, t_why), (sampler, s_why) = (resolve_dtype(d, device) for d in (trainer, sampler))
+    why = t_why if t_why == s_why else f"trainer {t_why}; sampler {s_why}"
+    changed = [f"{k} {saved[k]}" for k, v in (("dtype", trainer), ("sampler_dtype", sampler))
+               if saved and saved[k] != v]
+    note = f"; the checkpoint's run had {', '.join(changed)}" if changed else ""
+    return trainer, sampler, f"dtypes: trainer {trainer}, sampler {sampler} ({why}){note}"
+
+
 def load_policy(path, device, rank, ranks, sharded, dtype, checkpoint_activations, resume_from,
                 head, lora=None, **adamw):
     """The trainer's Policy from a Hugging Face directory; resume_from: a checkpoint's directory
@@ -89,6 +100,13 @@ def load_policy(path, device, rank, ranks, sharded, dtype, checkpoint_activation
         set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(
             full_state_dict=True, broadcast_from_rank0=sharded))
     return Policy(model, logprobs, optimizer, rank, ranks, sharded, lora)
+
+
+def policy_size(policy):
+    """-> (the base model's parameters, the LoRA adapters' (0 without))."""
+    adapter = sum(p.numel() for p in policy.model.parameters() if p.requires_grad
+                  ) if policy.lora else 0
+    return sum(p.numel() for p in policy.model.parameters()) - adapter, adapter
 
 
 def shard(model, dtype, root):

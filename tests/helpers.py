@@ -159,7 +159,7 @@ def config_error(train_module, capsys, *args):
     saved = {k: getattr(train_module, k) for k in train_module.config_keys}
     with pytest.raises(SystemExit) as info:
         train_module.configure(list(args))
-        train_module.check_config()
+        train_module.check_config(train_module.current_config())
     for k, v in saved.items():  # each bad config on its own
         setattr(train_module, k, v)
     err = capsys.readouterr().err
@@ -203,9 +203,9 @@ class Recorder:
 
 def recorded_step(model_dir, groups, layout=ONE_PROCESS):
     """train.train_step on `groups` with the config as it stands, AdamW replaced by a Recorder -> (stats, grads)."""
-    policy = train.make_policy(model_dir, layout)
+    policy = train.make_policy(train.current_config(), model_dir, layout)
     policy = policy._replace(optimizer=Recorder(policy.model))
-    stats = train.train_step(policy, groups, 0, 0)
+    stats = train.train_step(train.current_config(), policy, groups, 0, 0)
     return stats, policy.optimizer.grads
 
 

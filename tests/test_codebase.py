@@ -32,6 +32,22 @@ def test_no_global_and_no_function_reads_a_name_bound_only_in_main():
         assert not any(isinstance(n, ast.Global) for n in ast.walk(ast.parse(open(path).read()))), name
 
 
+def test_no_function_of_train_py_or_build_py_reads_a_knob_it_was_not_handed():
+    """Config in plain sight: the knobs are train.py's module constants (a config file and --key=value override
+    them), and every function is handed them (cfg); only current_config reads them, from globals()."""
+    import train
+    for name in ("train.py", "build.py"):
+        tree = ast.parse(open(os.path.join(REPO, name)).read())
+        functions = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+        for function in functions:
+            local = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)} | \
+                    {t.id for t in ast.walk(function) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+            read = {t.id for t in ast.walk(function) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Load)}
+            assert not (read - local) & set(train.config_keys), (name, function.name, (read - local) & set(train.config_keys))
+    assert {"train_step", "train_loop", "evaluate", "current_config"} <= {f.name for f in ast.parse(
+        open(os.path.join(REPO, "train.py")).read()).body if isinstance(f, ast.FunctionDef)}
+
+
 # The reading order of the concepts, bottom up: a module imports only modules before it (its lazy imports too),
 # so no arrow runs back up and no cycle hides. The folders' modules by their dotted names; a forker's new module
 # (not listed) only may not close a cycle.
@@ -40,7 +56,7 @@ def test_no_global_and_no_function_reads_a_name_bound_only_in_main():
 INFRA = ["infra.speed", "infra.distributed", "infra.lora", "infra.policy", "infra.checkpoint", "infra.memory",
          "infra.control"]
 ORDER = INFRA + ["configurator", "fit_curve", "head", "loss", "scheduler", "rewards.codec", "rewards.harness",
-                 "rewards.sandbox", "rewards.judge", "rewards", "data", "sample", "log", "train"]
+                 "rewards.sandbox", "rewards.judge", "rewards", "data", "sample", "build", "log", "train"]
 
 
 def core_modules():

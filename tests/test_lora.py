@@ -38,7 +38,7 @@ def logits(model):
 
 def lora_policy(model_dir, train_config, *args):
     train_config.configure(["--lora_rank=4", "--warmup_steps=0", *args])
-    return train.make_policy(model_dir, ONE_PROCESS)
+    return train.make_policy(train.current_config(), model_dir, ONE_PROCESS)
 
 
 def randomise(model, seed=1):
@@ -68,7 +68,7 @@ def test_only_the_adapters_get_gradients_and_the_base_is_held_once_in_the_comput
     assert all(p.dtype == torch.bfloat16 for n, p in policy.model.named_parameters() if n not in trained)
     assert sum(len(g["params"]) for g in policy.optimizer.param_groups) == len(trained)
     base = {n: p.detach().clone() for n, p in policy.model.named_parameters() if n not in trained}
-    stats = train.train_step(policy, fixed_batch(len(tiny.build_tokenizer())), 0, 0)
+    stats = train.train_step(train.current_config(), policy, fixed_batch(len(tiny.build_tokenizer())), 0, 0)
     assert stats["grad_norm"] > 0 and "skipped" not in stats
     params = dict(policy.model.named_parameters())
     assert all(torch.equal(params[n], p) for n, p in base.items())  # the base did not move
@@ -114,8 +114,8 @@ def test_a_checkpoint_holds_the_adapter_in_pefts_files_and_restores_the_run_bit_
     batches = [fixed_batch(len(tiny.build_tokenizer()), seed=s) for s in (0, 1)]
     given = os.path.relpath(tiny_model_dir)  # a model_path as a config gives it, relative to the repository
     policy = lora_policy(given, train_config, "--lr=1e-3")
-    train.train_step(policy, batches[0], 0, 0)
-    checkpoint.save(tmp_path, policy, tiny.build_tokenizer(), dict(step=1, config=train.current_config()))
+    train.train_step(train.current_config(), policy, batches[0], 0, 0)
+    checkpoint.save(tmp_path, policy, tiny.build_tokenizer(), dict(step=1, config=vars(train.current_config())))
     files = sorted(os.listdir(tmp_path / "ckpt"))
     # no model weights, no tokenizer: the base's (model_path) are read on resume
     assert files == ["adapter_config.json", "adapter_model.safetensors", "optimizer.pt", "state.pt"]
@@ -125,11 +125,11 @@ def test_a_checkpoint_holds_the_adapter_in_pefts_files_and_restores_the_run_bit_
                                                "down_proj"])
     assert config["base_model_name_or_path"] == given  # a committed adapter names no one machine's directories
     resumed = (tmp_path / "ckpt", checkpoint.read_checkpoint(tmp_path / "ckpt"), [])  # log.resume's
-    again = train.make_policy(tiny_model_dir, ONE_PROCESS, resumed)
+    again = train.make_policy(train.current_config(), tiny_model_dir, ONE_PROCESS, resumed)
     for p, q in zip(policy.model.parameters(), again.model.parameters()):
         assert torch.equal(p, q)
     for stepped in (policy, again):
-        train.train_step(stepped, batches[1], 1, 0)
+        train.train_step(train.current_config(), stepped, batches[1], 1, 0)
     for p, q in zip(policy.model.parameters(), again.model.parameters()):
         assert torch.equal(p, q)  # AdamW's moments and step count came back too
 

@@ -28,7 +28,7 @@ import train
 
 def bf16_tiny_policy(model_dir, train_config):
     train_config.configure(["--dtype=bfloat16", "--lr=5e-7", "--warmup_steps=0", "--grad_clip=1e9"])
-    return train.make_policy(model_dir, ONE_PROCESS)
+    return train.make_policy(train.current_config(), model_dir, ONE_PROCESS)
 
 
 def test_bf16_compute_with_fp32_master_weights_moves_every_weight_at_lr_5e_7(tiny_model_dir, train_config):
@@ -37,7 +37,7 @@ def test_bf16_compute_with_fp32_master_weights_moves_every_weight_at_lr_5e_7(tin
     assert all(p.dtype == torch.float32 for p in policy.model.parameters())  # master weights and AdamW state
     assert all(p.dtype == torch.bfloat16 for p in compute.parameters())      # forward and backward
     before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
-    stats = train.train_step(policy, fixed_batch(len(tiny.build_tokenizer())), 0, 0)
+    stats = train.train_step(train.current_config(), policy, fixed_batch(len(tiny.build_tokenizer())), 0, 0)
     assert "skipped" not in stats
     changed = sum((p != before[n]).sum().item() for n, p in policy.model.named_parameters())
     assert changed >= 0.99 * sum(p.numel() for p in before.values())  # Adam's first step moves each by ~lr
@@ -145,7 +145,7 @@ def test_the_default_run_keeps_an_fp32_trainer_and_bf16_sampling_where_bf16_is_n
 
 def test_the_config_accepts_auto_and_rejects_an_unknown_dtype_in_one_line(train_config, capsys):
     train_config.configure(["--dtype=auto", "--sampler_dtype=auto"])
-    train_config.check_config()
+    train_config.check_config(train_config.current_config())
     assert (train_config.dtype, train_config.sampler_dtype) == ("auto", "auto")
     error = config_error(train_config, capsys, "--dtype=float16")
     assert "dtype='float16': must be one of float32, bfloat16, auto" in error

@@ -404,7 +404,7 @@ def test_the_trainer_tells_the_reward_which_completions_the_cap_cut(monkeypatch)
     task = data.Task([Prompt("x:1", "", [1], "15", domain="math")], [], digits, {0}, ["math"])
     g = Group(0, [1], [Completion([1, 5], [0.0] * 2, [0] * 2, [True] * 2, reason)
                        for reason in ("eos", "truncated")], index=0)
-    train.reward_groups([g], task, data.Curriculum(1))
+    train.reward_groups(train.current_config(), [g], task, data.Curriculum(1))
     assert [(text, cut) for _, text, cut in seen] == [("15", False), ("15", True)]
 
 def test_fresh_math_answers_of_every_class_score_as_the_grammar_says_in_both_threads(tmp_path):
