@@ -1,15 +1,18 @@
 """
 Benchmark (not a test): what scoring a batch of math completions costs, as train.py scores one (rewards.score),
 in the main thread and in a worker thread, for 256 adversarial answers (towers of powers, huge powers, deep
-nesting, long hedges, unevaluated arithmetic) and 256 honest ones, each against numeric and symbolic gold.
-Then what a judge call costs the trainer (time, its peak memory) for the worst replies a program
+nesting, long hedges, unevaluated arithmetic) and 256 honest ones, each against numeric and symbolic gold;
+the seconds a call takes on degenerate completions (a long run of one character beside what the grammar looks
+for, as a collapsing policy writes) at 10k, 20k and 40k characters, where linear time reads as 40k about twice
+20k. Then what a judge call costs the trainer (time, its peak memory) for the worst replies a program
 can give: colliding hashes, a 1 MiB literal, deep nesting (judge.py decodes them in a worker):
 
-    python benchmarks/rewards.py      # a line per batch and worst reply, then a JSON line of all
+    python benchmarks/rewards.py      # a line per batch, run and worst reply, then a JSON line of all
 """
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -26,6 +29,23 @@ ADVERSARIAL = ["\\boxed{9**9**9**9}", "\\boxed{10^{10^{10^{10}}}}", "\\boxed{2**
 HONEST = [("72", "The answer is 72."), ("72", "\\boxed{72}"), ("72", "So she sold 48 + 24 = 72 clips."),
           ("72", "#### 72"), ("\\frac{\\sqrt{3}}{2}", "$\\frac{\\sqrt{3}}{2}$"), ("2\\sqrt{3}", "\\boxed{\\sqrt{12}}"),
           ("(0, 1]", "The answer is $(0, 1]$."), ("\\frac{1}{2}", "\\boxed{0.5}")]
+
+# degenerate completions: n characters of a run beside what the grammar looks for. Before round five of the
+# judges all but the last two grew with the square of their length (the spaces: 5 s a call at 10k characters,
+# 33 s at 20k)
+SYMBOLIC = "\\frac{\\sqrt{3}}{2}"
+RUNS = {
+    "spaces before a list's number": ("42", lambda n: " " * n + "42"),
+    "a $ run before a math span": (SYMBOLIC, lambda n: "$" * n + "42"),
+    "\\( openers never closed": (SYMBOLIC, lambda n: "\\(" * (n // 2)),
+    "spaces between ^ and a power": ("42", lambda n: "2^" + " " * n + "{2}"),
+    "digit groups, the last too long": ("42", lambda n: "1" + ",000" * (n // 4) + "0"),
+    "spaces after \\color": ("42", lambda n: "\\color" + " " * n + "42"),
+    "a long number, symbolic gold": (SYMBOLIC, lambda n: "1" * n),
+    "scale words after a number": ("42", lambda n: "5" + " million" * (n // 8)),
+    "\\textbf{ never closed": ("42", lambda n: "\\textbf{" * (n // 8)),
+    "sign words before a number": ("42", lambda n: "minus " * (n // 6) + "5"),
+}
 
 
 def batch(cases, n=256):
@@ -69,6 +89,16 @@ def judge_call(program, n=3):
     return (time.perf_counter() - start) / n, (peak() - before) / 2 ** 20
 
 
+def seconds_a_call(gold, text, n=5):
+    """The fastest of n calls of rewards.math_reward (the others shared the machine)."""
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        rewards.math_reward(gold, text)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
 def timed(pairs, in_thread):
     out, start = [], time.perf_counter()
     if in_thread:
@@ -90,6 +120,11 @@ if __name__ == "__main__":
             seconds, paid = timed(batch(answers), where == "thread")
             figures[f"{name}_{where}_s"] = round(seconds, 2)
             print(f"{name:>11} x 256, {where} thread: {seconds:6.2f} s, {paid} paid")
+    for name, (gold, run) in RUNS.items():
+        seconds = [seconds_a_call(gold, run(n)) for n in (10_000, 20_000, 40_000)]
+        figures["run_" + "_".join(re.findall(r"\w+", name))] = [round(s, 4) for s in seconds]
+        print(f"{name:>31}: " + ", ".join(f"{k} {s:.4f} s" for k, s in zip(("10k", "20k", "40k"), seconds))
+              + f" a call (40k/20k {seconds[2] / seconds[1]:.1f})")
     judge.passes("def f():\n    return 1", test="assert f() == 1")  # the sandbox's probe, not timed
     for name, program in WORST_REPLIES.items():
         seconds, grown = judge_call(program)

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from functools import lru_cache
 from itertools import accumulate
+from math import prod
 from subprocess import DEVNULL, PIPE, Popen
 
 from . import judge
@@ -40,22 +41,26 @@ WORKERS = 2            # verify_timeout); math-verify's worker processes
 
 
 def scored_text(prompt, completion, cut=False):
-    """The text after the completion's last </think>; all of it when no thinking was opened; None when
-    thinking was opened (by the prompt or the completion) and never closed. A text cut by the length cap
-    is read up to its last finished line or sentence (its last 15 may have been 150), and is "" unless
-    it answers explicitly there (a closed box, an answer marker, a closed block)."""
+    """The text after the completion's last </think>; all of it when no thinking was opened; None
+    when thinking was opened (by the prompt or the completion, or again after its last close) and
+    never closed. A text cut by the length cap is read up to its last finished line or sentence (its
+    last 15 may have been 150), and is "" unless it answers explicitly there (a closed box, an answer
+    marker, a closed block)."""
     if cut:
         ends = list(CLAUSE_END.finditer(completion))
         completion = completion[:ends[-1].start()] if ends else ""
-    if THINK_END in completion:
-        text = completion.rsplit(THINK_END, 1)[1].strip().removesuffix("<eos>").strip()
-    else:
-        text = None if prompt.opens_thinking or THINK_START in completion else completion
-    explicit = text is not None and (boxed(text)[0] or MARKER.search(text) or FENCE.search(text))
+    # open thinking: a <think> after the last </think>, or the prompt's when none closed
+    _, closed, text = completion.rpartition(THINK_END)
+    if THINK_START in text or prompt.opens_thinking and not closed:
+        text = None
+    elif closed:
+        text = text.strip().removesuffix("<eos>").strip()
+    explicit = text is not None and (
+        boxed(untagged(text))[0] or MARKER.search(text) or FENCE.search(text))
     return text if explicit or not cut else ""
 
 
-FENCE = re.compile(r"^```[ \t]*([\w+-]*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+FENCE = re.compile(r"^```[ \t]*+([\w+-]*+)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def extract_program(prompt, completion_text):
@@ -79,27 +84,32 @@ def extract_program(prompt, completion_text):
     code = prompt.code or {}
     names = judge.entry_points(code.get("fn_name") or code.get("entry_point"))
     defines = [body for body in blocks if names and all(
-        re.search(rf"^\s*(?:async\s+)?(?:def|class)\s+{n}\b|^{n}\s*=", body, re.M) for n in names)]
+        re.search(rf"^[ \t]*(?:async\s+)?(?:def|class)\s+{n}\b|^{n}\s*=", body, re.M) for n in names)]
     return (defines or blocks or [None])[-1]
 
 # -----------------------------------------------------------------------------
 # the final answer of a math completion: a small grammar (docs/rewards.md states it)
 #
-#   answer     := the last \boxed{} (every box agreeing) | the clause after the last answer marker
-#                 | the last sentence holding a digit
+#   answer     := the last \boxed{} or <answer></answer> (every box agreeing) | the clause after
+#                 the last answer marker | the last sentence holding a digit
 #   statement  := [working '='] prefix NUMBER suffix     (a chain counts from its last '=', its
 #                 working ending in what that '=' evaluates, not in a second name: x = 5, y = 6)
 #   prefix     := words and formatting: no number, no operator, no qualifier (more than, about, not,
-#                 half of); 'minus' or 'negative' just before the number is its sign
+#                 half of); 'minus' or 'negative' just before the number is its sign (twice: none)
 #   NUMBER     := sign digits[,ddd...][.digits][e±k] [scale words] | p/q in lowest terms
 #                 | \frac{p}{q}
 #   suffix     := units (km/h, m^2, %, °, dollars): no number, no operator, no qualifier (or more,
-#                 squared), no hedge anywhere (', maybe six': a second answer in words)
+#                 squared; a comparative states a difference here: 3 more than Ann), no hedge
+#                 anywhere (', maybe six': a second answer in words)
 # One number in the answer's scope, and every later restatement (a short sentence or a marker clause
 # stating a number, or any clause holding a hedge and a number) states the same value; anything else
 # is -1. Digits of any script, every dash and minus, TeX and thin-space separators are read as one
 # spelling first; any other math symbol or number sign (√, ∛, ⑥, ½, ₂) is an operator; GSM8K's
 # calculator notes <<48+24=72>> are dropped; the gold goes through the same.
+# Every pass is linear in the text, whatever a collapsing policy writes (benchmarks/rewards.py times
+# runs of one character): no repeat can give back what it took to a repeat beside it (possessive
+# where two meet: [ \t]*+#*+), a run is entered at its first character only (a lookbehind), a lazy
+# scan stops at the next opener, and a run of words is counted once.
 
 # the word for 'answer' of the languages of math datasets (en de fr es pt it ru zh ja), [final], then ':',
 # '=' or that language's 'is'
@@ -112,24 +122,33 @@ CLAUSE_END = re.compile(r"(?<=[.!?;])\s+(?=[^\W\d_])|(?<=[。！？；])|\n")
 # characters: linear time), a code fence's line, a list's bullet before words, 'Step n', a line's '1.',
 # '2)', '(3)' (unlisted: counting up from 1)
 EMPHASIS = re.compile(r"(?<![\w*`\\])(\*{1,3}|_{1,3}|`+)(?=[^\s*_`])([^\n]{0,99}?[^\s\\])\1(?![\w*`])")
-LAYOUT = re.compile(r"(?im)^[ \t]*(?:```|~~~).*$|^([ \t]*#*[ \t]*)(?:[-*+•](?=[ \t]+[^\s\d])"
+LAYOUT = re.compile(r"(?im)^[ \t]*(?:```|~~~).*$|^([ \t]*+#*+[ \t]*+)(?:[-*+•](?=[ \t]+[^\s\d])"
                     r"|step[ \t]*\d{1,3}[.):]?|(\()?(\d{1,3})(?(2)\)|[.)]))[ \t]+(?=\S)")
-MATH_SPAN = re.compile(r"\$+([^$]+)\$+|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
+# '<' and '>' around a word are a tag, never a comparison: an answer's (R1's <answer>,
+# <final_answer>) is a box, any other (<b>, <strong>, <em>) layout, read away as Markdown's is
+TAG = re.compile(r"<(/?)([a-zA-Z][a-zA-Z_-]*)>")
+# a '!' that ends a sentence (the text, or before a capital) after a word, or after a number a word
+# stands before ('is 42!'), is its punctuation; 5!, n!, $5!$, 5! = 120 and 5! ways are factorials
+PROSE_BANG = re.compile(r"([^\W\d_]{2}|[^\W\d_]\s+[-+]?\\?\$?[\d,.]*\d)!(?=\s+[^\W\d_a-z]|\s*$)")
+# a span starts at a run's first '$' and holds no opener of its kind: linear time
+MATH_SPAN = re.compile(r"(?<!\$)\$++([^$]+)\$+|\\\(((?:(?!\\\().)+?)\\\)|\\\[((?:(?!\\\[).)+?)\\\]",
+                       re.DOTALL)
 # LaTeX that only changes how its argument looks (font, weight, underline, frame, colour, size):
 # unwrapped; any other command (\sqrt, \overline, \cancel, \phantom) is an operation
 UNWRAP = re.compile(r"\\(?:text(?:[a-z]{2}|normal)?|math(?:[a-z]{2,3}|normal)|bm|boldsymbol|pmb|emph"
                     r"|u(?:nder)?line|[hmf]box|framebox|boxed|operatorname|(?:bf|it|rm|tt|sf|em|[a-z]*size"
-                    r"|tiny|small|[lL]arge|LARGE|[hH]uge)(?![a-zA-Z])|(?:text)?color(?:box)?\s*"
-                    r"(?:\[[^\]]*\])?\s*\{[^{}]*\})\s*(?:\{([^{}]*)\})?")
+                    r"|tiny|small|[lL]arge|LARGE|[hH]uge)(?![a-zA-Z])|(?:text)?color(?:box)?\s*+"
+                    r"(?:\[[^][]*\])?\s*+\{[^{}]*\})\s*(?:\{([^{}]*)\})?")
 THIN = "\u2009\u202f\u00a0\u2007"  # thin and no-break spaces: separators between digit groups
 SEPARATOR = re.compile(r"(?<=\d)(?:\{,\}|\\[,!;: ]|[" + THIN + r"'])(?=\d{3}(?!\d))")
 FRAC = re.compile(r"(-?)\\(?:[cdts]|nice)?frac\s*(?:\{\s*(-?\d+)\s*\}|(\d))\s*(?:\{\s*(-?\d+)\s*\}|(\d))")
 # formatting that is not the answer: $ and \$, \( \) \[ \], \left \right, LaTeX spaces, degrees, braces,
 # **bold**
-DROP = re.compile(r"\\\$|\$|\\[()\[\]]|\\left|\\right|\\[,;:! ]|\\q?quad|\^\s*\{?\s*\\circ\s*\}?|°|[{}]"
-                  r"|\*\*|\\(?:display|text|script)style|<<[^<>]*>>")
-TOKEN = re.compile(r"""(?P<ratio>-?\d+/-?\d+(?![\d.,/]))
-    |(?P<number>[-+]?(?:\d{1,3}(?:,\d{3})+(?![,\d])|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\d.]\d)|[-+]?\.\d+)
+DROP = re.compile(r"\\\$|\$|\\[()\[\]]|\\left|\\right|\\[,;:! ]|\\q?quad|\^\s*+\{?\s*+\\circ"
+                  r"\s*\}?|°|[{}]|\*\*|\\(?:display|text|script)style|<<[^<>]*>>")
+TOKEN = re.compile(r"""(?P<ratio>-?\d+/-?\d+(?![\d/]|[.,]\d))
+    |(?P<number>[-+]?(?:(?<!\d,)\d{1,3}(?:,\d{3})++(?![,\d])|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?
+        (?![\d.]\d)|[-+]?\.\d+)
     |(?P<equals>=)|(?P<power>\^\s*-?\d+)|(?P<op>[-+*/^×÷·⋅!<>~≈≤≥±|]|\\[a-zA-Z]+)
     |(?P<word>[^\W\d_]+)|(?P<space>\s+)|(?P<other>.)""", re.VERBOSE)
 RUNAWAY = 300  # characters of a number's mantissa or a ratio's part: longer is a runaway
@@ -138,11 +157,16 @@ SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6, "billion": 10**9,
 # words that offer another answer, and those that bound or approximate one: not an exact answer
 HEDGES = set("or not maybe perhaps probably possibly likely might although though alternatively"
              " otherwise unless oder ou или 或 vielleicht quizás talvez forse возможно".split())
-QUALIFIERS = HEDGES | set("than least most more less fewer over under about around approximately"
+# comparatives bound a number they stand before ('more than 3', 'over 3') or are joined to by
+# 'and' ('12 and over'); right after it they state a difference: '3 km farther than Ann', '3 more'
+COMPARATIVES = set("than more less fewer over under above below beyond mehr moins menos más mais"
+                   " più meno больше меньше".split())
+AND_WORDS = {"and", "und", "y", "e", "и"}
+QUALIFIERS = HEDGES | COMPARATIVES | set("least most about around approximately"
                           " approx roughly nearly almost circa ca up estimated ish half twice double"
-                          " triple squared cubed nicht pas no não не ungefähr etwa mindestens mehr"
-                          " environ moins plus aproximadamente cerca menos más mais più meno примерно"
-                          " около больше меньше 约 大约 至少 左右 多 余 約".split())
+                          " triple squared cubed nicht pas no não не ungefähr etwa mindestens"
+                          " environ plus aproximadamente cerca примерно около 约 大约 至少 左右 多 余 約"
+                          .split())
 SUPERSCRIPTS = str.maketrans({c: f"^{d}" for d, c in enumerate("⁰¹²³⁴⁵⁶⁷⁸⁹")} | {"⁻": "^-"})
 TOWER = re.compile(r"\^\s*(?:\{[^{}]*\^|\(?[\w.]+\)?\s*\^|\{?\s*\d{4,})|\*\*\s*\(?(?:[\w.]+\)?\s*\*\*|\d{4,})"
                    r"|\d{3,}\s*!|\d{25,}")
@@ -166,7 +190,8 @@ def normalise(text):
     """One spelling of a final answer: ASCII digits and minus, thousands separators as ',',
     \\frac{p}{q} as p/q, superscripts as ^k, \\textbf{} and its kind unwrapped, formatting dropped."""
     text = re.sub(r"[^\x00-\x7f]", lambda m: _ascii(m[0]), text).translate(SUPERSCRIPTS)
-    text = SEPARATOR.sub(",", text)
+    # a sign before a currency symbol is the amount's: -$5 is $-5
+    text = re.sub(r"(?<![\w)])([-+])(\\?\$|[€£¥])", r"\2\1", SEPARATOR.sub(",", text))
     text = re.sub(f"[{THIN}]", " ", text).replace("\\%", "%")
     text = FRAC.sub(lambda m: f" {m[1]}{m[2] or m[3]}/{m[4] or m[5]} ", UNWRAP.sub(r" \1 ", text))
     return DROP.sub(" ", UNWRAP.sub(r" \1 ", text))
@@ -190,6 +215,11 @@ def _value(kind, text, canonical):
         return None
     power = int(digits or 0)
     return Fraction(mantissa) * Fraction(10) ** (-power if exponent.startswith("-") else power)
+
+
+def leading(tokens, words):
+    """How many of tokens, from the first, are among words (lowercase)."""
+    return next((j for j, (_, text) in enumerate(tokens) if text.lower() not in words), len(tokens))
 
 
 def statement(text, canonical=True):
@@ -217,11 +247,15 @@ def statement(text, canonical=True):
     prefix, suffix, value = tokens[:i], tokens[i + 1:], _value(*tokens[i], canonical)
     # the words below (scales, signs, qualifiers, hedges) match word tokens only: no other token is
     # spelled as one
-    while suffix and suffix[0][1].lower() in SCALES:  # 6 hundred million
-        value, suffix = value and value * SCALES[suffix[0][1].lower()], suffix[1:]
-    if prefix and prefix[-1][1].lower() in ("minus", "negative"):
-        value, prefix = value and -value, prefix[:-1]
-    near = {text.lower() for _, text in prefix[-2:] + suffix[:2]}
+    # a run of scale words multiplies (6 hundred million; past 8 of them, 10^96, a runaway as an
+    # exponent past 100 is) and a run of sign words signs (minus minus 5 is 5): each counted once
+    scales, signs = leading(suffix, SCALES), leading(prefix[::-1], ("minus", "negative"))
+    factor = prod(SCALES[t.lower()] for _, t in suffix[:scales]) if scales <= 8 else None
+    factor = factor and factor * (-1) ** signs
+    value = value and factor and value * factor
+    prefix, suffix = prefix[:len(prefix) - signs], suffix[scales:]
+    left, right = [{text.lower() for _, text in part} for part in (prefix[-2:], suffix[:2])]
+    near = left | (right if AND_WORDS & right else right - COMPARATIVES)  # 3 more: a difference
     if value is None or QUALIFIERS & near or HEDGES & {text.lower() for _, text in suffix} or any(
             kind in ("op", "power") for kind, _ in prefix):
         return None
@@ -265,10 +299,17 @@ def unlisted(text):
     return LAYOUT.sub(item, text)
 
 
+def untagged(text):
+    """text with an answer's tags as a box and any other tag as a space (TAG)."""
+    box = lambda m: "}" if m[1] else r"\boxed{"
+    return TAG.sub(lambda m: box(m) if m[2].lower().endswith("answer") else " ", text)
+
+
 def final_answer(text):
     """The grammar's first line -> (the answer's text, the boxes, the rest of its clause, the text
     after that); the answer None when a box is unclosed."""
-    text = unlisted(EMPHASIS.sub(r"\2", text))  # markdown layout read away first
+    text = unlisted(EMPHASIS.sub(r"\2", untagged(text)))  # markdown and HTML layout read away first
+    text = PROSE_BANG.sub(r"\1.", text)
     boxes, after = boxed(text)
     if boxes is None:
         return None, [], "", ""
@@ -299,7 +340,8 @@ def restates(later, value):
         marked = MARKER.split(clause)[-1]
         tokens = [(m.lastgroup, m[0].lower()) for m in TOKEN.finditer(normalise(marked))]
         kinds = [kind for kind, _ in tokens]
-        short = MARKER.search(clause) or kinds.count("word") <= 2 or HEDGES & {t for _, t in tokens}
+        words = sum(kind == "word" and t not in SCALES for kind, t in tokens)  # 2 million: a number
+        short = MARKER.search(clause) or words <= 2 or HEDGES & {t for _, t in tokens}
         if short and kinds.count("number") + kinds.count("ratio") == 1 and statement(marked) != value:
             return False
     return True
@@ -317,7 +359,9 @@ def costly(answer):
     return len(answer) > LONGEST or deepest > DEEPEST or TOWER.search(answer) is not None
 
 
-HEDGE = re.compile(r"(?is)\d.*\bor\b.*\d")  # a symbolic answer's 'or' between numbers
+# a symbolic answer's 'or' between numbers: in its text from the first digit to the last (one search
+# for that text, another for the 'or': linear time)
+HEDGE = re.compile(r"(?i)\bor\b")
 
 
 def symbolic(answer):
@@ -429,7 +473,9 @@ def math_reward(gold, text, timeout=TIMEOUT):
         stated = [statement(box) for box in boxes] or [statement(answer)]
         one = len(set(stated)) == 1 and alone(rest) and restates(later, stated[-1])
         return 1.0 if one and stated[-1] == value else -1.0
-    if len({re.sub(r"\s+", "", box) for box in boxes}) > 1 or HEDGE.search(answer):
+    numbered = re.search(r"(?s)\d.*\d", answer)
+    hedged = numbered and HEDGE.search(numbered[0])
+    if len({re.sub(r"\s+", "", box) for box in boxes}) > 1 or hedged:
         return -1.0
     expression = symbolic(answer)
     return 1.0 if expression is not None and verified(gold, expression, timeout) else -1.0

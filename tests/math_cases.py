@@ -467,3 +467,65 @@ LANGUAGES = [  # the word for 'answer' in the languages of math datasets, then '
     ("12", "Ответ: примерно 12", -1), ("12", "Ответ: 12. Ответ: 13.", -1), ("12", "答案是 12。答案是 13。", -1),
     ("12", "答えは 12 または 13", -1), ("12", r"\boxed{12} oder 13", -1), ("12", "Die Antwort ist 6 + 6.", -1),
 ]
+
+
+
+# Four classes issue 64 found misread, each fixed by one rule of the grammar (docs/rewards.md): every
+# case was scored wrongly before its rule, but for PROMISES' four honest ones, which pin that the rule
+# spares them.
+
+TAGS = [  # R1's <answer> (<final_answer>, any tag named ...answer) is a box; any other tag is layout
+    ("42", "<answer>42</answer>", 1), ("42", "<answer> 42 </answer>", 1),
+    ("42", "<final_answer>42</final_answer>", 1), ("42", "<Answer>42 seats</Answer>", 1),
+    ("0.75", r"<answer>\frac{3}{4}</answer>", 1),
+    ("42", "There are 6 rows of 7 seats.\n<answer>42</answer>\nEvery seat is taken.", 1),
+    ("42", "<answer><b>42</b></answer>", 1), ("42", "<b>42</b>", 1),
+    ("42", "The answer is <strong>42</strong>.", 1), ("42", "<em>Answer:</em> 42", 1),
+    ("42", "So the hall has <b>42</b> seats.", 1), ("42", "**Answer:** <em>42</em>", 1),
+    ("42", r"\boxed{42} <answer>43</answer>", -1), ("42", r"<answer>43</answer> \boxed{42}", -1),
+    ("42", "\\boxed{42}\n<final_answer>43</final_answer>", -1),
+    ("42", r"\boxed{42}. <b>Actually 43.</b>", -1), ("42", r"\boxed{42}. <strong>Final: 43</strong>", -1),
+    ("42", r"\boxed{42} and <answer>41</answer>", -1), ("42", r"\boxed{42}. <em>Actually, 41.</em>", -1),
+]
+
+COMPARATIVES = [  # a comparative right after the number states a difference; before it (or joined to
+    # it by 'and') a bound
+    ("3", "So she has 3 more apples than Tom.", 1), ("3", "The answer is 3 more.", 1),
+    ("3", "Tom has 3 fewer marbles than Ann.", 1), ("3", "The answer is 3 less than before.", 1),
+    ("3", "Ann ran 3 km more than Ben.", 1), ("12", "Ann read 12 pages more than Ben.", 1),
+    ("4", "The answer is 4 years less.", 1), ("3", "Sie hat 3 Äpfel mehr.", 1),
+    ("3", "Él tiene 3 manzanas más.", 1), ("3", "У него на 3 яблока больше.", 1),
+    ("3", "The answer is above 3.", -1), ("3", "The answer is below 3.", -1), ("3", "beyond 3 km", -1),
+    ("12", "The answer is 12 and above.", -1), ("12", "children 12 and below", -1),
+    ("3", r"\boxed{\text{above } 3}", -1),
+]
+
+PUNCTUATION = [  # a prose '!' ends its sentence, a ratio's full stop or comma is the sentence's, a sign
+    # before a currency symbol signs the amount, and sign words compose
+    ("42", "The answer is 42!", 1), ("42", "She sold 42 apples!", 1), ("42", "She earned $42!", 1),
+    ("42", "So she has 42 left! Great job.", 1), ("42", "Die Antwort ist 42!", 1),
+    ("0.75", "The answer is 3/4.", 1), ("0.75", "Answer: 3/4, the share of the pie.", 1),
+    ("0.75", "So each of them gets 3/4.", 1), ("-2/3", "The answer is -2/3.", 1),
+    ("-5", "The answer is -$5.", 1), ("-5", r"He ends the week at -\$5.", 1),
+    ("-1200", "The balance is -$1,200.", 1), ("-5", "The answer is \u2212$5.", 1),
+    ("5", "minus minus 5", 1), ("5", "negative negative 5", 1),
+    ("5", "The answer is minus negative 5.", 1), ("5", "Answer: negative minus 5", 1),
+    ("-5", "minus minus 5", -1), ("-5", "negative negative 5", -1),
+    ("-5", "The answer is minus negative 5.", -1), ("-5", "Answer: negative minus 5", -1),
+]
+
+PROMISES = [  # docs/rewards.md: thinking opened again and never closed is -1 (so these are scored as the
+    # trainer scores them, through rewards.reward); a scale word is the number's, so a restatement in
+    # scale words is read as one in digits is
+    ("42", "<think>6 x 7</think>The answer is 42.\n<think>\nLet me check that again", -1),
+    ("42", "<think>6 x 7 = 42</think>\\boxed{42}\n<think>", -1), ("42", "<think>a</think>42\n<think>b", -1),
+    ("2000000", "The answer is 2 million. So 3 million dollars.", -1),
+    ("2000000", "The answer is 2,000,000. So 3 million dollars.", -1),
+    ("2000000", r"\boxed{2000000}. That is 3 million.", -1),
+    ("2000000", "The answer is 2,000,000. In words: 3 million.", -1),
+    ("1500", "Answer: 1.5 thousand. So 2 thousand dollars.", -1),
+    ("42", "<think>6 x 7</think>\n<think>checked: 42</think>\nThe answer is 42.", 1),
+    ("2000000", "The answer is 2 million. So 2,000,000 dollars.", 1),
+    ("2000000", "The answer is 2,000,000. So 2 million dollars.", 1),
+    ("2000000", r"\boxed{2000000}. That is 2 million.", 1),
+]

@@ -177,6 +177,23 @@ def test_markup_list_numbering_and_answer_words_of_other_languages_score_by_one_
     assert [rewards.reward(prompt(g), "<think>6 or 7?</think>" + a) for g, a, _ in table] == [e for *_, e in table]
 
 
+@pytest.mark.parametrize("cls", ["TAGS", "COMPARATIVES", "PUNCTUATION", "PROMISES"])
+def test_answer_tags_comparatives_sentence_punctuation_and_the_docs_promises_score_by_one_rule_each(cls):
+    # four classes of answers (tests/math_cases.py, issue 64): an answer's tag is a box and any other tag
+    # layout, a comparative after the number a difference, sentence punctuation not mathematics, thinking
+    # opened again -1 and a scale word the number's. Scored as the trainer scores them (rewards.reward reads
+    # the text after thinking), in the main thread and in a worker thread, and after a closed thinking
+    from concurrent.futures import ThreadPoolExecutor
+    import tests.math_cases
+    table = getattr(tests.math_cases, cls)
+    prompt = lambda gold: Prompt("x:1", "", [], gold, domain="math")
+    scored = lambda case: rewards.reward(prompt(case[0]), case[1])
+    assert [(case, scored(case)) for case in table if scored(case) != case[-1]] == []
+    with ThreadPoolExecutor(1) as pool:
+        assert list(pool.map(scored, table)) == [e for *_, e in table]
+    assert [rewards.reward(prompt(g), "<think>6 or 7?</think>" + a) for g, a, _ in table] == [e for *_, e in table]
+
+
 def test_a_symbolic_answer_past_the_time_limit_is_minus_1_in_a_thread_and_the_worker_is_replaced(monkeypatch):
     import threading
     stuck = rewards.WORKER.replace("for line in sys.stdin:", "for line in sys.stdin:\n    if 'x' in line:\n"
