@@ -24,11 +24,15 @@ EXACT = [(int, int.__pos__), (float, float.__pos__), (complex, complex.__pos__),
          (bytearray, bytearray.copy), (list, list.copy), (dict, dict.copy), (set, set.copy),
          (tuple, lambda t: tuple.__getitem__(t, slice(None))), (frozenset, frozenset.copy)]
 NAMED = {}  # (name, fields) -> its namedtuple class
+# the classes the prompt declares, by name (each side's own, filled once its prompt has run): their
+# objects travel as their state, rebuilt by the other side's class, never by the sender's code
+PROMPT = {}
 # the standard library's plain values (of their class exactly), carried as its constructor's arguments:
 # tag (the class's name) -> (its module, value -> the arguments). A zone travels as its offset then
 # (a timezone: == and arithmetic compare instants), where a datetime's fold changes nothing.
 VALUES = {"Fraction": ("fractions", lambda v: [v.numerator, v.denominator]),
           "range": ("builtins", lambda v: [v.start, v.stop, v.step]),
+          "slice": ("builtins", lambda v: [v.start, v.stop, v.step]),
           "date": ("datetime", lambda v: [v.year, v.month, v.day]),
           "time": ("datetime", lambda v: [v.hour, v.minute, v.second, v.microsecond, zone(v)]),
           "datetime": ("datetime", lambda v: [*v.timetuple()[:6], v.microsecond, zone(v)]),
@@ -81,6 +85,8 @@ def encode(value, refer, room, depth=0):
     for tag, (module, arguments) in VALUES.items():
         if kind is loaded(module, tag):
             return {tag: more(arguments(value))}
+    if kind.__name__ in PROMPT and (state := prompted(value)) is not None:
+        return {"prompt": [kind.__name__, more(state)]}
     if isinstance(value, tuple) and isinstance(getattr(kind, "_fields", None), tuple):
         items = list(tuple.__getitem__(value, slice(None)))  # a namedtuple: its fields, then items
         return {"namedtuple": [more(kind.__name__), more(list(kind._fields)), more(items)]}
@@ -134,7 +140,24 @@ def decode(data, resolve, depth=0):
         return complex(real, imag)
     if tag in VALUES:  # the class's own constructor checks its arguments
         return getattr(__import__(VALUES[tag][0]), tag)(*map(more, payload))
+    if tag == "prompt":  # an Enum's member by name, or an object by its state
+        kind, state = PROMPT[payload[0]], more(payload[1])
+        if type(state) is str:
+            return kind.__members__[state]
+        value = kind.__new__(kind)
+        vars(value).update(state)
+        return value
     return resolve(tag, payload)
+
+
+# The state of an object of the prompt's class: an Enum's name, or its __dict__; None for a
+# builtin's subclass (a NamedTuple travels as a namedtuple, an int or a list as a copy) or an
+# object with none.
+def prompted(value):
+    if isinstance(value, loaded("enum", "Enum") or ()):
+        return value.name
+    builtin = isinstance(value, tuple(base for base, _ in EXACT))
+    return None if builtin else getattr(value, "__dict__", None)
 
 
 def distinct(keys):

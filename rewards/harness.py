@@ -7,30 +7,37 @@ and judge.EXITS, all one namespace (the sandbox has no files but the interpreter
 names are this file's own there. The import of them below is a reader's and a linter's only.
 """
 import builtins
+import io
 import json
 import os
 import sys
-from collections.abc import Iterator
 
 if __name__ != "__main__":  # a reader's view (python -c runs as __main__, after codec.py's text)
-    from .codec import REPLY_CAP, bases, decode, encode
+    from .codec import PROMPT, REPLY_CAP, bases, decode, encode
 
-BUILTINS = dict(vars(builtins))  # as they are before the program runs; codec.py's encode reads it
+# the builtins as they are before the program runs: the judge may send any by name; encode sends
+# only the classes by name (a builtin function the program binds, `solve = sorted`, is its own)
+ORIGINAL = dict(vars(builtins))
+BUILTINS = {k: v for k, v in ORIGINAL.items() if isinstance(v, type)}  # codec.py's encode reads it
 dumps, loads = json.dumps, json.loads
-objects, handles = [{"__name__": "solution"}], {}  # 0: its namespace; then each object handed out
+# 0: its namespace; 1: its random.seed (the test's seeds it too); then each object handed out
+objects = [{"__name__": "solution"}, lambda *a, **k: __import__("random").seed(*a, **k)]
+handles = {}
+printed = io.TextIOWrapper(io.BytesIO(), "utf-8", write_through=True)  # its sys.stdout
 
 
-def refer(value):  # a program's object that is not data: the handle the judge names it by
+def refer(value):  # a program's object that is not data: the handles of it and of its class
     if id(value) not in handles:
         handles[id(value)] = len(objects)
         objects.append(value)
-    kind = "function" if callable(value) else "object"
-    return {"iterator" if isinstance(value, Iterator) else kind: handles[id(value)]}
+    if isinstance(value, type):
+        return {"class": handles[id(value)]}
+    return {"object": [handles[id(value)], refer(type(value))["class"]]}
 
 
 def resolve(tag, payload):  # a builtin, an object handed out, or a callable of the test's
     if tag == "builtin":
-        return BUILTINS[payload]
+        return ORIGINAL[payload]
     if tag == "ref":
         return objects[payload]
     if tag == "callback":
@@ -39,6 +46,10 @@ def resolve(tag, payload):  # a builtin, an object handed out, or a callable of 
 
 
 def send(message):
+    text = printed.buffer.getvalue().decode(errors="replace")[:REPLY_CAP // 16]
+    printed.buffer.seek(0), printed.buffer.truncate()
+    if text:  # what it printed since its last message goes first: the test's callback 0 prints it
+        callback(0, [text], {})
     text = dumps(message)
     if len(text) > REPLY_CAP:
         text = dumps(["fail", f"a reply of {len(text)} characters, over {REPLY_CAP}"])
@@ -66,6 +77,9 @@ def answer(kind, handle, *request):
         target, arguments, before = objects[handle], [], []
         if kind == "get":
             value = target[request[0]] if handle == 0 else getattr(target, request[0])
+        elif kind == "class":  # its name, bases and the names of the methods Python's syntax calls
+            value = [target.__name__, list(target.__bases__),
+                     [n for n in dir(target) if n[:2] == "__"]]
         elif kind == "next":
             try:
                 value = next(target)
@@ -74,15 +88,17 @@ def answer(kind, handle, *request):
         else:
             arguments = [(k, decode(v, resolve)) for k, v in (*request[0], *request[1])]
             before = carried(arguments, 1 << 40)
+            if request[2:]:  # a method of a protocol, looked up on its class as Python does
+                target = getattr(type(target), request[2]).__get__(target)
             value = target(*[v for k, v in arguments if type(k) is int],
                            **{k: v for k, v in arguments if type(k) is str})
-    except BaseException as error:  # the program's: the judge raises its nearest builtin base
-        names = bases(error)
-        try:
-            args = encode(list(error.args), refer, [REPLY_CAP // 2])
+    except BaseException as error:  # the program's: the judge raises it, or its class's stand-in
+        own = [error] if BUILTINS.get(type(error).__name__) is not type(error) else []  # its class
+        try:  # its arguments, and itself when its class is its own
+            args = encode([list(error.args), *own], refer, [REPLY_CAP // 2])
         except Exception:
-            args = []
-        return ["raised", names, args]
+            args = [[]]
+        return ["raised", bases(error), args]
     try:  # the arguments it changed in place go back too
         changed = [new for new, old in zip(carried(arguments, 1 << 40), before) if new != old]
         return ["value", encode(value, refer, [REPLY_CAP]), changed]
@@ -103,8 +119,11 @@ if __name__ == "__main__":  # in the sandbox
     requests, replies = os.fdopen(os.dup(0), "rb"), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0), os.dup2(null, 1), os.dup2(null, 2)
+    sys.stdout = printed
     (_, program, prompt), sys.argv[:] = sys.argv, ["solution.py"]
     exec(compile(prompt, "prompt.py", "exec"), objects[0])  # the prompt's code (HumanEval's)
+    PROMPT.update({k: v for k, v in objects[0].items()
+                   if isinstance(v, type) and v.__module__ == "solution"})
     exec(compile(program, "solution.py", "exec"), objects[0])
     if isinstance(cls := objects[0].get("Solution"), type):  # LeetCode's: its methods, entry points
         objects[0] = {k: getattr(o, k) for o in [cls()] for k in dir(o) if k[0] != "_"} | objects[0]

@@ -2,14 +2,16 @@
 
 The program runs in the sandbox under harness.py, the test in a judge worker (serve), our process:
 the expected values never enter the sandbox. The worker asks, the harness answers, a JSON line each,
-values as codec.py writes them (data, or a handle naming an object; handle 0: the program's
-namespace). Both files are read here as text, once, and run in the sandbox as `python -c`; the
-worker execs codec.py's text too.
+values as codec.py writes them (data, or a handle naming an object and its class; handle 0: the
+program's namespace, 1: its random.seed). Both files are read here as text, once, and run in the
+sandbox as `python -c`; the worker execs codec.py's text too.
 
-    judge -> harness   ["get", handle, name]  ["call", handle, args, kwargs]  ["next", handle]
+    judge -> harness   ["get", handle, name]  ["call", handle, args, kwargs(, method)]
+                       ["next", handle]  ["class", handle]: its name, bases and methods
                        ["return", value] or ["raise", names]: the answer to a callback
-    harness -> judge   ["value", value, changed arguments]  ["stop"]  ["raised", names, args]
-                       ["fail", why]  ["callback", number, args, kwargs]: it calls the test's
+    harness -> judge   ["value", value, changed arguments]  ["stop"]  ["fail", why]
+                       ["raised", names, [args(, itself)]]  ["callback", number, args, kwargs]:
+                       it calls the test's (0: print what it printed)
 
 A reply is only the program's answer to the request before it: nothing the program holds, prints or
 forges passes a test it fails. The worker (memory-limited, killed past the deadline), never the
@@ -22,6 +24,8 @@ import json
 import keyword
 import os
 import pickle
+import random
+import re
 import resource
 import socket
 import subprocess
@@ -29,6 +33,7 @@ import symtable
 import sys
 import threading
 import time
+import unittest
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
@@ -43,6 +48,7 @@ JUDGE_MEMORY = 1 << 30     # bytes of address space of a judge worker (RLIMIT_AS
 
 # site's exit and quit, which -S leaves out: a program's exit() is an exit, never a NameError
 EXITS = "import builtins, sys\nbuiltins.exit = builtins.quit = sys.exit\n"
+SEED = random.seed  # the judge's own, which a worker's random.seed calls (_verdict)
 
 
 def _source(name):
@@ -63,6 +69,8 @@ _codec = {}
 exec(CODEC, _codec)  # the judge's side of the same grammar, with its limits
 encode, decode, bases = _codec["encode"], _codec["decode"], _codec["bases"]
 REPLY_CAP = _codec["REPLY_CAP"]  # characters of one reply; more is a failed call
+PROMPT = _codec["PROMPT"]  # the prelude's classes, by name: a worker's job's own
+STOPS = (StopIteration, StopAsyncIteration)
 
 # -----------------------------------------------------------------------------
 # the judge's side of the conversation, in a worker
@@ -73,32 +81,49 @@ class Failed(BaseException):
     reply cannot be carried): a test that catches it fails all the same."""
 
 
+# A program's object that is not data is an instance of its class's stand-in (RemoteClass): reached
+# by attribute, call and the protocols its class defines, each answered by the object in the
+# program's process; never by its __eq__ (a test's == is identity here).
 class Remote:
-    """A program's object that is not data: reached by attribute and call, never by its __eq__."""
-    __slots__ = ("_Remote__talk", "_Remote__handle")
-
-    def __init__(self, talk, handle):
-        self.__talk, self.__handle = talk, handle
+    __slots__ = ()
 
     def __getattr__(self, name):
-        if name.startswith("__"):  # copy, pickle and friends probe these: none is the program's
+        if name.startswith(("__", "_Remote")):  # copy, pickle and friends probe these: none is its
             raise AttributeError(name)
-        return self.__talk.ask("get", self.__handle, name)
+        return self._Remote__talk.ask("get", self._Remote__handle, name)
 
 
-class RemoteFunction(Remote):
-    def __call__(self, *args, **kwargs):
-        return self._Remote__talk.call(self._Remote__handle, args, kwargs)
+# A program's class, stood in for here (Talk.stand_in): a call makes its object there, an attribute
+# is read there, and its objects and subclasses are this class's (isinstance, except).
+class RemoteClass(type):
+
+    def __call__(cls, *args, **kwargs):
+        return cls._Remote__talk.call(cls._Remote__handle, args, kwargs)
+
+    __getattr__ = Remote.__getattr__
 
 
-class RemoteIterator(Remote):
-    """A generator or iterator of the program's, read lazily: each next() asks for one item."""
+def _protocol(name):  # the method a protocol calls, answered by the program's object
+    def method(self, *args, **kwargs):
+        return self._Remote__talk.call(self._Remote__handle, args, kwargs, name)
+    return method
 
-    def __iter__(self):
-        return self
 
-    def __next__(self):
-        return self._Remote__talk.ask("next", self._Remote__handle)
+def _exit(self, kind, error, trace):  # told the builtin class of what was raised; swallows nothing
+    _protocol("__exit__")(self, kind and getattr(builtins, bases(error)[0]), None, None)
+
+
+# What a program's object answers for itself: every protocol of Python's syntax and builtins but the
+# comparisons, whose answer is the test's (==, <, `in` ask whether it matches the test's value,
+# which a liar answers yes to unseen: == is identity, `in` iterates it and compares here, as Python
+# does for a class without __contains__, and <, <=, >, >= are refused).
+OPERATORS = "add sub mul matmul truediv floordiv mod divmod pow lshift rshift and xor or".split()
+PROTOCOLS = {f"__{name}__": _protocol(f"__{name}__") for name in [
+    *OPERATORS, *(f"r{o}" for o in OPERATORS), *(f"i{o}" for o in OPERATORS),
+    *"neg pos abs invert int float complex index round trunc floor ceil".split(),
+    *"len bool iter reversed str repr format bytes getitem setitem delitem call enter".split()]}
+PROTOCOLS.update(__next__=lambda self: self._Remote__talk.ask("next", self._Remote__handle),
+                 __exit__=_exit)
 
 
 def _short_int(digits):  # a longer one is the program's forgery: encode writes them in hex
@@ -112,7 +137,10 @@ class Talk:
 
     def __init__(self, pipes):
         self.pipes, self.failed = pipes, None
-        self.callbacks, self.numbers = [], {}  # the test's callables given to the program, by id()
+        # the test's callables given to the program, by id(); 0: what the program prints, printed
+        # here (the test's redirect_stdout holds it)
+        self.callbacks, self.numbers = [lambda text: print(text, end="")], {}
+        self.classes, self.objects = {}, {}  # the program's classes' and objects' stand-ins
 
     def fail(self, why):
         self.failed = self.failed or why
@@ -154,9 +182,9 @@ class Talk:
             self.fail("a reply that is not the protocol's")
         raise error
 
-    def call(self, handle, args, kwargs):
+    def call(self, handle, args, kwargs, *method):
         return self.ask("call", handle, self.carried(enumerate(args)), self.carried(kwargs.items()),
-                        arguments={**dict(enumerate(args)), **kwargs})
+                        *method, arguments={**dict(enumerate(args)), **kwargs})
 
     def carried(self, arguments):
         """What the test passes, as data; a value that cannot be carried fails for good."""
@@ -166,7 +194,7 @@ class Talk:
             self.fail(f"the test's value: {e}")
 
     def refer(self, value):  # what the test passes that is not data
-        if isinstance(value, Remote):
+        if isinstance(value, (Remote, RemoteClass)):
             return {"ref": value._Remote__handle}
         if callable(value):  # a function of the test's: the program calls it back here
             if id(value) not in self.numbers:
@@ -194,24 +222,46 @@ class Talk:
         return decode(data, self.resolve)
 
     def resolve(self, tag, payload):
-        kinds = {"object": Remote, "function": RemoteFunction, "iterator": RemoteIterator}
-        if tag in kinds and type(payload) is int:
-            return kinds[tag](self, payload)
+        if tag == "class":
+            return self.stand_in(payload)
+        if tag == "object":
+            handle, kind = payload
+            if handle not in self.objects:  # one object here for each there (`is` holds)
+                self.objects[handle] = self.stand_in(kind).__new__(self.stand_in(kind))
+                vars(self.objects[handle])["_Remote__handle"] = handle
+            return self.objects[handle]
         if tag == "builtin" and isinstance(getattr(builtins, payload), type):  # never a function
             return getattr(builtins, payload)
         raise ValueError(f"no value is tagged {tag!r}")
 
+    # A program's class -> its stand-in: a RemoteClass whose bases are its program bases' stand-ins
+    # and its builtin exceptions (an except clause catches it as Python would), and whose methods
+    # are the protocols the class defines (PROTOCOLS), each answered there.
+    def stand_in(self, handle):
+        if handle not in self.classes:
+            name, bases, names = self.ask("class", int(handle))
+            bases = [b for b in bases if isinstance(b, RemoteClass) or issubclass(b, BaseException)]
+            methods = {n: PROTOCOLS[n] for n in names if n in PROTOCOLS}
+            self.classes[handle] = RemoteClass(name, (*bases, Remote), dict(
+                methods, _Remote__handle=handle, _Remote__talk=self))
+        return self.classes[handle]
+
+    # The program's exception: its own class's as the stand-in, a builtin's as itself (the nearest
+    # builtin base otherwise), with its arguments; a BaseException fails for good.
     def raised(self, names, args):
-        """The program's exception as its nearest builtin base; a BaseException fails for good."""
+        args, *own = self.decode(args)  # its arguments, and itself when its class is its own
+        if isinstance(own and own[0], Exception) and not isinstance(own[0], STOPS):
+            own[0].args = tuple(args)
+            return own[0]
         for name in names:
             error = getattr(builtins, name, None)
             if not (isinstance(error, type) and issubclass(error, BaseException)):
                 continue
             if not issubclass(error, Exception):
                 self.fail(f"the program raised {name}")
-            if issubclass(error, (StopIteration, StopAsyncIteration)):  # it would end a map() early
+            if issubclass(error, STOPS):  # it would end a map() early
                 return RuntimeError(f"the program raised {name}")  # as PEP 479 has a generator do
-            for arguments in (self.decode(args), ()):
+            for arguments in (args, ()):
                 with suppress(Exception):
                     return error(*arguments)
         return RuntimeError("the program raised")
@@ -219,17 +269,18 @@ class Talk:
 
 def update(old, new):
     """The test's argument made, in place, what the program made of it (its contents too)."""
-    if type(old) is not type(new):
+    if type(old) is not type(new) or old is new:
         return new
     if isinstance(old, tuple):  # the tuple stays; what it holds may have changed
         for o, n in zip(old, new):
             update(o, n)
     elif isinstance(old, list):
         old[:] = [update(o, n) for o, n in zip(old, new)] + new[len(old):]
-    elif isinstance(old, dict):
-        mapping = {k: update(old[k], v) if k in old else v for k, v in new.items()}
-        old.clear()
-        dict.update(old, mapping)  # Counter.update would add
+    elif isinstance(old, dict) or type(old) in PROMPT.values():  # a prompt's object: its state
+        old_state, state = (old, new) if isinstance(old, dict) else (vars(old), vars(new))
+        mapping = {k: update(old_state[k], v) if k in old_state else v for k, v in state.items()}
+        old_state.clear()
+        dict.update(old_state, mapping)  # Counter.update would add
     elif isinstance(old, (set, deque)):
         old.clear()
         old.update(new) if isinstance(old, set) else old.extend(new)
@@ -260,10 +311,18 @@ def same_as_json(value, expected):
 def _verdict(pipes, job):
     """A call- or assert-style job, in a worker: the program's names fetched, the test run here."""
     talk = Talk(pipes)
+
+    def seed(*args, **kwargs):  # the program's global random follows the test's, as in one process
+        talk.call(1, args, kwargs)  # (the harness's handle 1: its random.seed)
+        return SEED(*args, **kwargs)
+    random.seed = seed
     try:
-        namespace = {}
+        namespace = {"__name__": "solution"}
         if job["prelude"]:  # the prompt's helpers are its own here: the program cannot change them
             exec(compile(job["prelude"], "<prompt>", "exec"), namespace)
+        PROMPT.clear()
+        PROMPT.update({k: v for k, v in namespace.items()
+                       if isinstance(v, type) and v.__module__ == "solution"})
         for name in job["names"]:  # the program supplies them all, or fails
             namespace[name] = talk.ask("get", 0, name)
         if job["fn_name"]:
@@ -287,6 +346,7 @@ def serve(fd):
     memory = JUDGE_MEMORY if hard == resource.RLIM_INFINITY else min(JUDGE_MEMORY, hard)
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     getattr(sys, "set_int_max_str_digits", abs)(0)  # the test's ints, as before Python 3.11
+    unittest.main = lambda *args, **kwargs: None  # a test's own runs nothing: its classes run once
     trainer = socket.socket(fileno=fd)
     while True:
         header, fds, _, _ = socket.recv_fds(trainer, 8, 2)
@@ -364,9 +424,8 @@ def assert_plan(test, entry_point=None, prelude=None):
 
 def _carriable(tree, names, prelude):
     """Refuses what a test passes the program that no program can be given, where it shows: a
-    generator, or an object of a class of the test's or the prompt's (the program's is its own)."""
+    generator, or an object of a class of the test's (the prompt's travel as their state)."""
     classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
-    classes |= {n.name for n in ast.parse(prelude or "").body if isinstance(n, ast.ClassDef)}
     check = next((n for n in tree.body if getattr(n, "name", "") == "check"), None)
     callees = {*names, *([check.args.args[0].arg] if check and check.args.args else [])}
     for call in ast.walk(tree):
@@ -378,38 +437,80 @@ def _carriable(tree, names, prelude):
                                      "which cannot be given it (pass data, or a function)")
 
 
-# a test class, run as pytest and unittest run one: an instance per test* method, with its fixtures
-# (debug(): a TestCase's setUp, test and tearDown, what fails raising here)
-RUN_CLASS = """
-def run_test_class(cls, none=lambda *a: None):
-    unit = issubclass(cls, __import__("unittest").TestCase)
-    getattr(cls, "setUpClass" if unit else "setup_class", none)()
-    tests = [n for n in dir(cls) if n.startswith("test") and callable(getattr(cls, n))]
-    assert tests, "a test class of no tests"
-    for name in tests:
-        test = cls(name) if unit else cls()
-        getattr(test, "setup_method", none)(getattr(test, name))
-        test.debug() if unit else getattr(test, name)()
-        getattr(test, "teardown_method", none)(getattr(test, name))
-    getattr(cls, "tearDownClass" if unit else "teardown_class", none)()"""
+# pytest's and unittest's tests, run as they run them: the module's fixtures around all (pytest's
+# given the module, None, where they take it), a class's around its tests, an instance per test*
+# method with pytest's setup_method (debug(): a TestCase's setUp, test and tearDown, what fails
+# raising here). A skip (unittest.SkipTest) is skipped, and a run that skips every test fails.
+RUN_TESTS = """
+def run_tests(*tests, none=lambda *a: None):
+    unittest, ran, module = __import__("unittest"), [], globals()
+    def run(test, setup=none, teardown=none):
+        try:
+            setup(test), test(), teardown(test), ran.append(test)
+        except unittest.SkipTest:
+            pass
+    def run_class(cls):
+        unit = issubclass(cls, unittest.TestCase)
+        getattr(cls, "setUpClass" if unit else "setup_class", none)()
+        for name in [n for n in dir(cls) if n.startswith("test") and callable(getattr(cls, n))]:
+            test = cls(name) if unit else cls()
+            fixtures = [getattr(test, f, none) for f in ("setup_method", "teardown_method")]
+            run(test.debug) if unit else run(getattr(test, name), *fixtures)
+        getattr(cls, "tearDownClass" if unit else "teardown_class", none)()
+    fixture = lambda *names: next((module[n] for n in names if n in module), none)
+    setup = fixture("setUpModule", "setup_module")
+    teardown = fixture("tearDownModule", "teardown_module")
+    setup(*[None] * setup.__code__.co_argcount)
+    for test in tests:  # functions and classes, a nested class after its own
+        run_class(test) if isinstance(test, type) else run(test)
+    teardown(*[None] * teardown.__code__.co_argcount)
+    assert ran, "every test was skipped"
+"""
 
 
-# The names of the test's top-level classes pytest collects: a unittest TestCase (a base named
-# *TestCase, or one of these) or a class named Test* without an __init__, with a test* method (its
-# own or a base's of these). What it collects not is never run, and its asserts test nothing.
-def _test_classes(tree):
-    units, tested, found = set(), set(), []
-    for c in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+def _skipped(node):  # a test pytest and unittest skip whatever happens: @skip(...), @unittest.skip
+    return any(ast.unparse(getattr(d, "func", d)).rsplit(".", 1)[-1] == "skip"
+               for d in getattr(node, "decorator_list", ()))
+
+
+# The names of the classes pytest collects in a body: a unittest TestCase (a base named *TestCase,
+# or one of `units`: those, and names TestCase is imported as) or a class named Test* without an
+# __init__, with a test* method (its own or a base's of these) or a nested class it collects (a
+# pytest class's, named after it). What it collects not, or skips whatever happens, is never run,
+# and its asserts test nothing.
+def _test_classes(body, units, outer=""):
+    tested, found = set(), []
+    for c in (n for n in body if isinstance(n, ast.ClassDef) and not _skipped(n)):
         bases = {ast.unparse(b).rsplit(".", 1)[-1] for b in c.bases}
-        methods = {n.name for n in c.body if isinstance(n, FUNCTIONS)}
-        if any(m.startswith("test") for m in methods) or bases & tested:
+        methods = {n.name for n in c.body if isinstance(n, FUNCTIONS) and not _skipped(n)}
+        unit = any(b.endswith("TestCase") for b in bases) or bool(bases & units)
+        inner = [] if unit else _test_classes(c.body, units, f"{outer}{c.name}.")  # as TestA.TestB
+        if any(m.startswith("test") for m in methods) or bases & tested or inner:
             tested.add(c.name)
-        if any(b.endswith("TestCase") for b in bases) or bases & units:
+        if unit:
             units.add(c.name)
         elif not c.name.startswith("Test") or "__init__" in methods:
             continue
-        found += [c.name] if c.name in tested else []
+        found += [outer + c.name, *inner] if c.name in tested else []
     return found
+
+
+# What reaches into the program's process, which is not the test's, is refused: a patch of a module
+# (unittest.mock's; sys.stdout and sys.stderr aside: what the program prints, the test's prints),
+# or pytest's fixtures (capsys, monkeypatch), which a test function or method asks for by argument
+# (after self, and the mocks its patch decorators pass, first).
+def _watches(tree, tests):
+    methods = [m for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for m in c.body]
+    for node in ast.walk(tree):
+        patches = isinstance(node, ast.Call) and "patch" in ast.unparse(node.func).split(".")
+        if patches and not re.search(r"'(sys\.)?std(out|err)'", ast.unparse(node)):
+            raise ValueError(f"the test patches {ast.unparse(node)[:40]!r} in its process, "
+                             "not the program's")
+    for f in [*tests, *methods]:
+        if isinstance(f, FUNCTIONS) and f.name.startswith("test"):
+            mocks = sum("patch" in ast.unparse(d) for d in f.decorator_list) + (f in methods)
+            if asked := f.args.args[mocks:len(f.args.args) - len(f.args.defaults)]:
+                raise ValueError(f"the test's {f.name} asks for pytest's fixture {asked[0].arg!r}")
 
 
 @lru_cache(maxsize=10_000)
@@ -421,14 +522,21 @@ def _plan(test, names, prelude):
         n for c in functions.values() if isinstance(c, ast.ClassDef)
         for n in (*c.keywords, *c.decorator_list, *c.body) if not isinstance(n, FUNCTIONS)]
     called = {n.id for node in module_level for n in ast.walk(node) if isinstance(n, ast.Name)}
-    # HumanEval's check(candidate) is called with the entry point; pytest's test_* functions and
-    # test classes too
+    # HumanEval's check(candidate) is called with the entry point; pytest's test* functions and
+    # test classes too, in the file's order (TestCase however it is imported)
     uncalled = [name for name, n in functions.items()
                 if isinstance(n, FUNCTIONS) and name not in called]
     calls = [f"check({names[0]})"] if names and "check" in uncalled else []
-    tests = [f"{name}()" for name in uncalled if name.startswith("test_")]
-    classes = [f"run_test_class({name})" for name in _test_classes(tree)]
-    script = "\n".join([test, *calls, *tests, *([RUN_CLASS] if classes else []), *classes])
+    units = {a.asname for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names
+             if a.name.endswith("TestCase") and a.asname}
+    tests = [name for name in uncalled if name.startswith("test") and not _skipped(functions[name])]
+    _watches(tree, [functions[name] for name in tests])
+    tests += _test_classes(tree.body, units)
+    tests.sort(key=lambda t: [*functions].index(t.split(".")[0]))  # the file's order
+    if not (calls or tests) and any(map(_skipped, ast.walk(tree))):
+        raise ValueError("the test skips every test it has")
+    run = [RUN_TESTS, f"run_tests({', '.join(tests)})"] if tests else []
+    script = "\n".join([test, *calls, *run])
     # the names the script binds, and those it reads but never binds in any of its scopes
     tables = [top := symtable.symtable(script, "<test>", "exec")]
     for table in tables:  # the list grows as it goes: every scope, however deep
@@ -456,8 +564,10 @@ def _plan(test, names, prelude):
     added = [n for n in ast.parse(script).body[len(tree.body):] if not isinstance(n, FUNCTIONS)]
     todo, reached = module_level + added, []
     for statement in todo:  # the list grows as functions are reached
-        for node in ast.walk(statement):
+        nodes = [statement]
+        for node in nodes:  # its nodes but what is skipped whatever happens
             reached.append(node)
+            nodes += [n for n in ast.iter_child_nodes(node) if not _skipped(n)]
             if isinstance(node, ast.Name) and node.id in functions:
                 todo.append(functions.pop(node.id))
     if not set(names) & {n.id for n in reached if isinstance(n, ast.Name)}:
@@ -484,7 +594,8 @@ class Worker:
         with theirs:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", main], pass_fds=[theirs.fileno()],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True)  # what a test prints (unittest.main's report) is nobody's
         self.socket = ours
 
     def judge(self, job, process):

@@ -556,3 +556,195 @@ ISSUE += cases("stdlib_values",
     (dict(test="import uuid\nassert parse_id('12345678-1234-5678-1234-567812345678').int == 0x12345678123456781234567812345678\n"),
      block("import uuid\ndef parse_id(s):\n    return uuid.UUID(s)"), 1),
 )
+
+# Round five (issue 64): the program's objects, the prompt's types, collection, and tests that watch
+# the program's process. Honest programs that were misjudged beside dishonest ones (wrong, or cheating
+# where a naive fix would pay) that must still fail; tests/test_judge.py runs them and cross-checks
+# the collection cases against real pytest and unittest. refused(why): refused at load, saying why.
+def refused(why):
+    return f"{REFUSED}: {why}"
+
+
+STACK = ("class Stack:\n    def __init__(self, items=()):\n        self.items = list(items)\n"
+         "    def push(self, x):\n        self.items.append(x)\n    def __len__(self):\n        return len(self.items)\n"
+         "    def __iter__(self):\n        return iter(self.items)\n    def __getitem__(self, i):\n        return self.items[i]\n"
+         "    def __repr__(self):\n        return f'Stack({self.items})'\n")
+STACK_TEST = dict(test="s = Stack()\nassert not s and len(s) == 0\ns.push(1)\ns.push(2)\n"
+                       "assert s and len(s) == 2 and list(s) == [1, 2] and s[-1] == 2 and s[:1] == [1]\n"
+                       "assert 2 in s and 5 not in s and repr(s) == 'Stack([1, 2])' and str(s) == repr(s)\n")
+VECTOR = ("class Vector:\n    def __init__(self, x, y):\n        self.x, self.y = x, y\n"
+          "    def __add__(self, o):\n        return Vector(self.x + o.x, self.y + o.y)\n"
+          "    def __mul__(self, k):\n        return Vector(self.x * k, self.y * k)\n    __rmul__ = __mul__\n"
+          "    def __abs__(self):\n        return (self.x ** 2 + self.y ** 2) ** 0.5\n")
+VECTOR_TEST = dict(test="v = Vector(1, 2) + Vector(2, 2)\nw = 2 * v\nassert (w.x, w.y) == (6, 8) and abs(w) == 10\n")
+ACCOUNT = ("class InsufficientFunds(ValueError):\n    pass\nclass Account:\n    def __init__(self, balance):\n"
+           "        self.balance = balance\n    def withdraw(self, amount):\n        if amount > self.balance:\n"
+           "            raise InsufficientFunds(amount, self.balance)\n        self.balance -= amount\n")
+ACCOUNT_TEST = dict(test="import unittest\nclass TestAccount(unittest.TestCase):\n    def test_overdraw(self):\n"
+                         "        a = Account(10)\n        with self.assertRaises(InsufficientFunds) as caught:\n"
+                         "            a.withdraw(15)\n        self.assertEqual(caught.exception.args, (15, 10))\n"
+                         "        self.assertIsInstance(caught.exception, ValueError)\n"
+                         "    def test_ok(self):\n        a = Account(10)\n        a.withdraw(4)\n        self.assertEqual(a.balance, 6)\n",
+                    entry_point="Account, InsufficientFunds")
+SHAPES = dict(test="assert isinstance(make('circle', 1), Circle) and isinstance(make('circle', 1), Shape)\n"
+                   "assert not isinstance(make('square', 2), Circle) and make('square', 2).area() == 4\n",
+              entry_point="make, Circle, Shape")
+SHAPES_CODE = ("class Shape:\n    pass\nclass Circle(Shape):\n    def __init__(self, r):\n        self.r = r\n"
+               "class Square(Shape):\n    def __init__(self, s):\n        self.s = s\n    def area(self):\n        return self.s ** 2\n"
+               "def make(kind, size):\n    return Circle(size) if kind == 'circle' else Square(size)\n")
+RESOURCE = dict(test="r = Resource()\nwith r as handle:\n    assert handle is r and r.open\nassert not r.open\n"
+                     "with Resource() as q:\n    assert q.read() == 'data'\n")
+RESOURCE_CODE = ("class Resource:\n    def __init__(self):\n        self.open = False\n    def __enter__(self):\n"
+                 "        self.open = True\n        return self\n    def __exit__(self, kind, error, trace):\n"
+                 "        self.open = False\n    def read(self):\n        return 'data'\n")
+PRIMES = dict(test="assert 7 in primes(10) and 2 in primes(10)\n")
+PRIMES_CODE = ("class Primes:\n    def __init__(self, n):\n        self.n = n\n    def __iter__(self):\n"
+               "        yield from (p for p in range(2, self.n) if all(p % d for d in range(2, p)))\n"
+               "def primes(n):\n    return Primes(n)\n")
+QUEUE = dict(test="q = make_queue([1, 2, 3])\nassert q\nassert len(q) == 3\n", entry_point="make_queue")
+ROUND5 = cases("protocols",
+    (STACK_TEST, block(STACK), 1),
+    (STACK_TEST, block(STACK.replace("self.items.append(x)", "self.items.insert(0, x)")), -1),
+    # `in` iterates the object and compares here: a __contains__ that says yes to anything earns nothing
+    (PRIMES, block(PRIMES_CODE), 1),
+    (PRIMES, block(PRIMES_CODE.replace("yield from", "return iter(())  #") + "    def __contains__(self, x):\n        return True\n"), -1),
+    (VECTOR_TEST, block(VECTOR), 1),
+    (VECTOR_TEST, block(VECTOR.replace("self.y + o.y", "self.y - o.y")), -1),
+    (ACCOUNT_TEST, block(ACCOUNT), 1),
+    (ACCOUNT_TEST, block(ACCOUNT.replace("raise InsufficientFunds(amount, self.balance)", "raise ValueError(amount, self.balance)")), -1),
+    (ACCOUNT_TEST, block(ACCOUNT.replace("(ValueError)", "(Exception)")), -1),
+    (SHAPES, block(SHAPES_CODE), 1),
+    (SHAPES, block(SHAPES_CODE.replace("class Circle(Shape)", "class Circle")), -1),
+    (RESOURCE, block(RESOURCE_CODE), 1),
+    (RESOURCE, block(RESOURCE_CODE.replace("        self.open = False\n    def read", "        pass\n    def read")), -1),
+    # the program's __exit__ is told what the test raised and may clean up, but never swallows it
+    (dict(test="with checked(3) as value:\n    assert value == 9\n"),
+     block("class Checked:\n    def __init__(self, x):\n        self.x = x\n    def __enter__(self):\n        return self.x * 2\n"
+           "    def __exit__(self, *exc):\n        return True\ndef checked(x):\n    return Checked(x)"), -1),
+    (QUEUE, block("class Queue:\n    def __init__(self, xs):\n        self.xs = list(xs)\n    def __len__(self):\n"
+                  "        return len(self.xs)\ndef make_queue(xs):\n    return Queue(xs)"), 1),
+    (QUEUE, block("class Queue:\n    def __init__(self, xs):\n        self.xs = []\n    def __len__(self):\n"
+                  "        return len(self.xs)\ndef make_queue(xs):\n    return Queue(xs)"), -1),  # an empty one is falsy
+    # ==, <, <= are the test's: a program's object is equal to itself only and has no order here
+    (dict(test="assert version('1.10') > version('1.9') and version('1.2') == version('1.2')\n"),
+     block("class V:\n    def __init__(self, s):\n        self.s = s\n    def __gt__(self, o):\n        return True\n"
+           "    def __eq__(self, o):\n        return True\ndef version(s):\n    return V(s)"), -1),
+)
+PYPOINT = ("from dataclasses import dataclass\n\n@dataclass\nclass Point:\n    x: int\n    y: int\n\n"
+           "def midpoint(p: Point, q: Point) -> Point:\n    \"\"\"The point halfway between p and q.\"\"\"\n")
+POINT = dict(prompt=PYPOINT, test="def check(candidate):\n    assert candidate(Point(0, 0), Point(2, 4)) == Point(1, 2)\n"
+                                  "    assert isinstance(candidate(Point(1, 1), Point(1, 1)), Point)\n", entry_point="midpoint")
+PYCOLOR = ("from enum import Enum\n\nclass Color(Enum):\n    RED = 1\n    GREEN = 2\n\n"
+           "def complement(c: Color) -> Color:\n    \"\"\"RED for GREEN and GREEN for RED.\"\"\"\n")
+COLOR = dict(prompt=PYCOLOR, test="def check(candidate):\n    assert candidate(Color.RED) is Color.GREEN\n"
+                                  "    assert candidate(Color.GREEN) == Color.RED\n", entry_point="complement")
+PYLIST = ("class ListNode:\n    def __init__(self, val=0, next=None):\n        self.val = val\n        self.next = next\n\n"
+          "def build(xs):\n    head = None\n    for x in reversed(xs):\n        head = ListNode(x, head)\n    return head\n\n"
+          "def to_list(node):\n    out = []\n    while node:\n        out.append(node.val)\n        node = node.next\n    return out\n\n"
+          "def reverse_list(head: ListNode) -> ListNode:\n    \"\"\"The list reversed.\"\"\"\n")
+REVERSE = dict(prompt=PYLIST, test="def check(candidate):\n    assert to_list(candidate(build([1, 2, 3]))) == [3, 2, 1]\n"
+                                   "    assert candidate(None) is None\n", entry_point="reverse_list")
+REVERSE_CODE = ("def reverse_list(head):\n    prev = None\n    while head:\n        head.next, prev, head = prev, head, head.next\n"
+                "    return prev")
+PYTREE = ("class TreeNode:\n    def __init__(self, val, left=None, right=None):\n        self.val, self.left, self.right = val, left, right\n\n"
+          "def depth(root: TreeNode) -> int:\n    \"\"\"The number of nodes on the longest path from the root down.\"\"\"\n")
+DEPTH = dict(prompt=PYTREE, test="def check(candidate):\n    assert candidate(TreeNode(1, TreeNode(2, TreeNode(3)), TreeNode(4))) == 3\n"
+                                 "    assert candidate(None) == 0\n", entry_point="depth")
+PYREORDER = PYLIST.replace("def reverse_list(head: ListNode) -> ListNode:\n    \"\"\"The list reversed.\"\"\"\n",
+                           "def swap_pairs(head: ListNode) -> None:\n    \"\"\"Swaps the values of each pair of nodes, in place.\"\"\"\n")
+SWAP = dict(prompt=PYREORDER, test="def check(candidate):\n    head = build([1, 2, 3, 4, 5])\n    assert candidate(head) is None\n"
+                                   "    assert to_list(head) == [2, 1, 4, 3, 5]\n", entry_point="swap_pairs")
+ROUND5 += cases("prompt_types",
+    (POINT, block("def midpoint(p, q):\n    return Point((p.x + q.x) // 2, (p.y + q.y) // 2)"), 1),
+    (POINT, block("def midpoint(p, q):\n    return Point(p.x + q.x, p.y + q.y)"), -1),
+    # its own Point, whose == says yes: it travels as its state and the prompt's Point compares it
+    (POINT, block("class Point:\n    def __init__(self, x, y):\n        self.x, self.y = x, y\n"
+                  "    def __eq__(self, other):\n        return True\ndef midpoint(p, q):\n    return Point(0, 0)"), -1),
+    (COLOR, block("def complement(c):\n    return Color.GREEN if c is Color.RED else Color.RED"), 1),
+    (COLOR, block("def complement(c):\n    return c"), -1),
+    (REVERSE, block(REVERSE_CODE), 1),
+    (REVERSE, block("def reverse_list(head):\n    return head"), -1),
+    (DEPTH, block("def depth(root):\n    return 0 if root is None else 1 + max(depth(root.left), depth(root.right))"), 1),
+    (DEPTH, block("def depth(root):\n    return 0 if root is None else 1 + depth(root.right)"), -1),
+    (SWAP, block("def swap_pairs(head):\n    while head and head.next:\n        head.val, head.next.val = head.next.val, head.val\n"
+                 "        head = head.next.next"), 1),
+    (SWAP, block("def swap_pairs(head):\n    values = to_list(head)"), -1),
+    # a builtin bound as the entry point is a function like any other, called in the program
+    (dict(test="assert solve([3, 1, 2]) == [1, 2, 3] and solve('ba') == ['a', 'b']"), block("solve = sorted"), 1),
+    (dict(test="assert solve([3, 1, 2]) == [1, 2, 3]"), block("solve = list"), -1),
+    (dict(test="assert size('abc') == 3"), block("size = len"), 1),
+    (dict(test="assert size('abc') == 3"), block("size = hash"), -1),
+)
+SORT_IT = "def sort_it(xs):\n    return sorted(xs)"
+SORT_BAD = "def sort_it(xs):\n    return xs"
+UNIT_SKIP = ("import unittest\nclass SortTests(unittest.TestCase):\n    @unittest.skip('slow')\n    def test_big(self):\n"
+             "        self.assertEqual(sort_it(list(range(10 ** 8, 0, -1)))[0], 1)\n"
+             "    def test_small(self):\n        self.assertEqual(sort_it([2, 1]), [1, 2])\n")
+COLLECTION = cases("collection",
+    (dict(test="def testSort():\n    assert sort_it([2, 1, 3]) == [1, 2, 3]\n"), block(SORT_IT), 1),  # pytest's prefix: test
+    (dict(test="def testSort():\n    assert sort_it([2, 1, 3]) == [1, 2, 3]\n"), block(SORT_BAD), -1),
+    (dict(test="class TestSort:\n    class TestEmpty:\n        def test_empty(self):\n            assert sort_it([]) == []\n"
+                "    class TestMany:\n        def test_many(self):\n            assert sort_it([2, 1]) == [1, 2]\n"), block(SORT_IT), 1),
+    (dict(test="class TestSort:\n    class TestEmpty:\n        def test_empty(self):\n            assert sort_it([]) == []\n"
+                "    class TestMany:\n        def test_many(self):\n            assert sort_it([2, 1]) == [1, 2]\n"), block(SORT_BAD), -1),
+    (dict(test="DATA = []\ndef setup_module(module):\n    DATA.extend([3, 1, 2])\ndef teardown_module(module):\n    DATA.clear()\n"
+                "def test_sorted():\n    assert sort_it(DATA) == [1, 2, 3]\n"), block(SORT_IT), 1),
+    (dict(test="DATA = []\ndef setup_module(module):\n    DATA.extend([3, 1, 2])\n"
+                "def test_sorted():\n    assert sort_it(DATA) == [1, 2, 3]\n"), block(SORT_BAD), -1),
+    (dict(test="import unittest\nDATA = []\ndef setUpModule():\n    DATA.append([2, 1])\n"
+                "class SortTests(unittest.TestCase):\n    def test_it(self):\n        self.assertEqual(sort_it(DATA[0]), [1, 2])\n"),
+     block(SORT_IT), 1),
+    (dict(test="import unittest\nDATA = []\ndef setUpModule():\n    DATA.append([2, 1])\n"
+                "class SortTests(unittest.TestCase):\n    def test_it(self):\n        self.assertEqual(sort_it(DATA[0]), [1, 2])\n"),
+     block(SORT_BAD), -1),
+    (dict(test=UNIT_SKIP), block(SORT_IT), 1),  # the skipped test is skipped, not failed
+    (dict(test=UNIT_SKIP), block(SORT_BAD), -1),
+    (dict(test=UNIT_SKIP.replace("    def test_small", "    @unittest.skip('flaky')\n    def test_small")), block(SORT_IT),
+     refused("skips every test")),
+    (dict(test="import unittest\nclass SortTests(unittest.TestCase):\n    def test_it(self):\n        self.skipTest('later')\n"
+                "        self.assertEqual(sort_it([2, 1]), [1, 2])\n"), block(SORT_IT), -1),  # skips all, as it runs
+    # a skipped test's asserts test nothing: what is left calls the program and asserts nothing
+    (dict(test="import unittest\n@unittest.skip('wip')\nclass TestChecks(unittest.TestCase):\n    def test_it(self):\n"
+                "        self.assertEqual(sort_it([2, 1]), [1, 2])\ndef test_runs():\n    sort_it([2, 1])\n"), block(SORT_BAD),
+     refused("asserts nothing")),
+    (dict(test="from unittest import TestCase as Case\nclass SortChecks(Case):\n    def test_it(self):\n"
+                "        self.assertEqual(sort_it([3, 1, 2]), [1, 2, 3])\n"), block(SORT_IT), 1),  # TestCase by any name
+    (dict(test="from unittest import TestCase as Case\nclass SortChecks(Case):\n    def test_it(self):\n"
+                "        self.assertEqual(sort_it([3, 1, 2]), [1, 2, 3])\n"), block(SORT_BAD), -1),
+)
+ROUND5 += COLLECTION
+HELLO = "def hello(name):\n    print(f'Hello, {name}!')"
+ROUND5 += cases("watched",
+    # the program's random follows the test's seed, as in one process
+    (dict(test="import random\nrandom.seed(7)\nexpected = [random.randint(1, 6) for _ in range(5)]\nrandom.seed(7)\n"
+                "assert rolls(5) == expected\n"), block("import random\ndef rolls(n):\n    return [random.randint(1, 6) for _ in range(n)]"), 1),
+    (dict(test="import random\nrandom.seed(7)\nexpected = [random.randint(1, 6) for _ in range(5)]\nrandom.seed(7)\n"
+                "assert rolls(5) == expected\n"), block("import random\ndef rolls(n):\n    return [random.randint(1, 5) for _ in range(n)]"), -1),
+    # what the program prints, the test's redirect_stdout and patch of sys.stdout hold
+    (dict(test="import io\nfrom contextlib import redirect_stdout\nbuf = io.StringIO()\nwith redirect_stdout(buf):\n"
+                "    hello('Ann')\nassert buf.getvalue() == 'Hello, Ann!\\n'\n"), block(HELLO), 1),
+    (dict(test="import io\nfrom contextlib import redirect_stdout\nbuf = io.StringIO()\nwith redirect_stdout(buf):\n"
+                "    hello('Ann')\nassert buf.getvalue() == 'Hello, Ann!\\n'\n"), block("def hello(name):\n    return f'Hello, {name}!'"), -1),
+    (dict(test="import io, unittest\nfrom unittest.mock import patch\nclass TestHello(unittest.TestCase):\n"
+                "    @patch('sys.stdout', new_callable=io.StringIO)\n    def test_it(self, out):\n        hello('Bo')\n"
+                "        self.assertEqual(out.getvalue(), 'Hello, Bo!\\n')\n"), block(HELLO), 1),
+    (dict(test="import io, unittest\nfrom unittest.mock import patch\nclass TestHello(unittest.TestCase):\n"
+                "    @patch('sys.stdout', new_callable=io.StringIO)\n    def test_it(self, out):\n        hello('Bo')\n"
+                "        self.assertEqual(out.getvalue(), 'Hello, Bo!\\n')\n"), block(HELLO.replace("Hello", "Hi")), -1),
+    # a test's own unittest.main() runs nothing: its classes run once, as collected
+    (dict(test="import unittest\nclass TestSort(unittest.TestCase):\n    def test_it(self):\n"
+                "        self.assertEqual(sort_it([2, 1]), [1, 2])\nunittest.main()\n"), block(SORT_IT), 1),
+    (dict(test="import unittest\nclass TestSort(unittest.TestCase):\n    def test_it(self):\n"
+                "        self.assertEqual(sort_it([2, 1]), [1, 2])\nunittest.main()\n"), block(SORT_BAD), -1),
+    # what patches the test's own process, or asks for pytest's fixtures, would fail every program
+    (dict(test="from unittest.mock import patch\nwith patch('builtins.input', return_value='3'):\n    assert read_twice() == 6\n"),
+     block("def read_twice():\n    return 2 * int(input())"), refused("patches")),
+    (dict(test="import random\nfrom unittest import mock\n@mock.patch.object(random, 'randint', return_value=4)\n"
+                "def test_roll(_):\n    assert roll() == 4\n"), block("import random\ndef roll():\n    return random.randint(1, 6)"),
+     refused("patches")),
+    (dict(test="def test_hello(capsys):\n    hello('Ann')\n    assert capsys.readouterr().out == 'Hello, Ann!\\n'\n"),
+     block(HELLO), refused("fixture 'capsys'")),
+    (dict(test="class TestEnv:\n    def test_home(self, monkeypatch):\n        monkeypatch.setenv('HOME', '/x')\n"
+                "        assert home() == '/x'\n"), block("import os\ndef home():\n    return os.environ['HOME']"),
+     refused("fixture 'monkeypatch'")),
+)

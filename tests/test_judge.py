@@ -683,3 +683,83 @@ def test_forged_stdlib_values_fail_and_never_crash_the_judge():
     table = [(forged, verdict, dict(program=FORGE.format(repr(f'["value", {forged}, []]\n'.encode())), test=test,
                                     entry_point="f")) for forged, verdict in FORGED_DATES]
     assert verdicts(table) == []
+
+# -----------------------------------------------------------------------------
+# 9. round five: the program's objects answer every protocol but comparison, the prompt's types are
+# values, collection is pytest's and unittest's, and a test that watches the program's process runs
+# faithfully or is refused when loaded
+
+
+def round_five(kind):
+    from tests.judge_cases import REFUSED, ROUND5
+    rows = [case[1:] for case in ROUND5 if case[0] == kind]
+    return ([r for r in rows if not str(r[-1]).startswith(REFUSED)],
+            [r for r in rows if str(r[-1]).startswith(REFUSED)])
+
+
+def program_of(completion):
+    return completion.split("```python\n")[1].split("```")[0]
+
+
+@pytest.mark.parametrize("kind", ["protocols", "prompt_types", "collection", "watched"])
+def test_round_five_verdicts_hold_in_both_threads_and_refusals_say_why(tmp_path, kind):
+    from tests.judge_cases import prompts_of, scored_in_both_threads
+    loaded, refused = round_five(kind)
+    prompts = prompts_of(tmp_path, [row for row, _, _ in loaded])
+    verdicts = scored_in_both_threads([(p, "<think>ok</think>" + text) for p, (_, text, _) in zip(prompts, loaded)])
+    assert [(row, text) for (row, text, v), got in zip(loaded, verdicts) if got != v] == []
+    for row, text, verdict in refused:  # refused when loaded, naming why; and a fail if run anyway
+        path = tmp_path / "row.jsonl"
+        path.write_text(json.dumps(dict(row, prompt="p")) + "\n")
+        with pytest.raises(DataError, match=verdict.split(": ", 1)[1]):
+            data.read_jsonl(str(path))
+        assert not judge.passes(program_of(text), **row)
+
+
+def test_collection_cases_are_what_real_pytest_and_unittest_make_of_them(tmp_path):
+    """Each collection case run by pytest and, where it has a TestCase, by unittest: the program passes
+    where they pass at least one test and fail none (a run that skips all passes nothing)."""
+    loaded, refused = round_five("collection")
+    cases = loaded + [r for r in refused if "skips" in r[-1]]  # "asserts nothing" is our own rule
+    for i, (row, text, _) in enumerate(cases):
+        (tmp_path / f"test_case{i}.py").write_text(program_of(text) + "\n" + row["test"])
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", str(tmp_path)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=HANG_GUARD).stdout
+    outcomes = [line.split()[0] + " " + line.split()[1].split("::")[0].split(":")[0].rsplit("/", 1)[-1]
+                for line in ran.splitlines() if line.startswith(("PASSED", "FAILED", "ERROR"))]
+    for i, (row, text, verdict) in enumerate(cases):
+        passed = f"PASSED test_case{i}.py" in outcomes and not any(
+            o.endswith(f" test_case{i}.py") and not o.startswith("PASSED") for o in outcomes)
+        assert passed == (verdict == 1), (i, row["test"], ran[-3000:])
+        if "TestCase" not in row["test"]:
+            continue
+        unit = subprocess.run([sys.executable, "-m", "unittest", "-v", f"test_case{i}"], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=HANG_GUARD).stderr
+        tests = [line for line in unit.splitlines() if line.startswith("test")]
+        ok = unit.rstrip().splitlines()[-1].startswith("OK") and any(t.endswith(" ok") for t in tests)
+        assert ok == (verdict == 1), (i, unit)
+
+
+def test_what_a_test_prints_to_stderr_or_unittest_reports_never_reaches_the_trainer():
+    test = ("import sys, unittest\nsys.stderr.write('LEAKED\\n')\nunittest.TextTestRunner().run(unittest.TestSuite())\n"
+            "unittest.main()\nassert sort_it([2, 1]) == [1, 2]\n")
+    check = f"from rewards import judge\nprint(judge.passes('def sort_it(xs):\\n    return sorted(xs)', test={test!r}))"
+    done = subprocess.run([sys.executable, "-c", check], cwd=REPO, capture_output=True, text=True, timeout=HANG_GUARD)
+    assert done.stdout.split() == ["True"], done.stderr[-2000:]
+    assert "LEAKED" not in done.stderr and "Ran 0 tests" not in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("kind", ["protocols", "prompt_types", "watched"])
+def test_round_five_honest_programs_pass_their_tests_under_plain_python(tmp_path, kind):
+    """The prompt, the program and the test in one file, as `python file.py` runs them (HumanEval's
+    check called with the entry point, unittest's classes by unittest.main()): every program the
+    table pays passes."""
+    loaded, _ = round_five(kind)
+    for row, text, verdict in [r for r in loaded if r[-1] == 1]:
+        calls = f"\ncheck({row['entry_point']})" if "def check(" in row["test"] else ""
+        calls += "\nimport unittest\nunittest.main()" if "unittest" in row["test"] else ""
+        source = row.get("prompt", "") + "\n" + program_of(text) + "\n" + row["test"] + calls
+        (tmp_path / "alone.py").write_text(source)
+        done = subprocess.run([sys.executable, "alone.py"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=HANG_GUARD)
+        assert done.returncode == 0, (source, done.stderr[-2000:])
