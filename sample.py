@@ -3,7 +3,7 @@
 (fp32 LM head, after the temperature, full distribution: CISPO's denominator), the policy version
 that made it and a policy mask.
 
-    .add(prompt_id, prompt_ids, n)  queue a group of n completions of one prompt
+    .add(prompt_id, prompt_ids, n)  queue a group of n completions of one prompt (scheduler.Group)
     .step() -> tokens sampled       admit queued sequences to free slots, decode a token each
     .pop_finished() -> [Group]      the groups whose n completions all ended, once each
     .update_weights(named, version) between steps: running sequences keep their stale KV cache
@@ -85,12 +85,12 @@ class Sampler:
         self.finished = []    # groups done, not yet popped
         self.num_unfinished = 0
 
-    def add(self, prompt_id, prompt_ids, n, think_budget=None):
-        """Queue a group of n samples of one prompt;
-        think_budget, (min, max), replaces the sampler's."""
-        # (validation samples every run under one protocol, whatever its length control)
+    def add(self, prompt_id, prompt_ids, n, think_budget=None, validation=False):
+        """Queue a group of n samples of one prompt; think_budget, (min, max), replaces the
+        sampler's (validation samples every run under one protocol, whatever its length control)."""
         think_budget = self.think_budget if think_budget is None else tuple(think_budget)
-        group = Group(prompt_id, list(prompt_ids), [Completion() for _ in range(n)])
+        group = Group(prompt_id, list(prompt_ids), [Completion() for _ in range(n)],
+                      validation=validation)
         # the prompt ends inside <think>: decided once a group, not once a sample
         thinking = (not self.think_start_ids
                     or _last(group.prompt_ids, self.think_start_ids)

@@ -21,11 +21,15 @@ class Completion:
 
 @dataclass
 class Group:
+    """G completions of one prompt, made by a sampler (sample.py's add). prompt_id: the key it was
+    handed out under: a training group's ticket (Rollouts), a validation group's held-out prompt
+    index; prompt_ids: the prompt's tokens."""
     prompt_id: object
     prompt_ids: list
     completions: list
-    index: int = None     # train.py: the training prompt it samples (data.py's list index)
-    rewards: list = None  # train.py: one per completion, once scored
+    index: int = None         # the training prompt it samples (task.prompts' index), once it trains
+    rewards: list = None      # one per completion, once scored
+    validation: bool = False  # a held-out prompt's group (train.evaluate): never trained
 
 
 def room(slots, unfinished, G, P):
@@ -49,7 +53,7 @@ class Rollouts:
     #   PPO-off-policy-k: k P prompts under one policy; once all are finished, k steps of P each
     #     (each step normalises its advantages over its own P groups, not over the round's k P:
     #     ours).
-    # Validation groups (prompt ids ("val", i)) share the samplers; collect() hands them back.
+    # Validation groups (Group.validation) share the samplers; collect() hands them back.
 
     def __init__(self, curriculum, prompts, group_size, batch_size, max_lag, mode, requeue=()):
         self.curriculum, self.prompts, self.group_size = curriculum, prompts, group_size
@@ -77,8 +81,8 @@ class Rollouts:
     def collect(self, groups):
         """Finished groups in: the validation ones come back, the training ones wait for their
         step."""
-        self.finished.update((g.prompt_id, g) for g in groups if not isinstance(g.prompt_id, tuple))
-        return [g for g in groups if isinstance(g.prompt_id, tuple)]
+        self.finished.update((g.prompt_id, g) for g in groups if not g.validation)
+        return [g for g in groups if g.validation]
 
     def ready_batch(self, version):
         """The P groups to train on at the step from `version`, or None (keep sampling)."""

@@ -63,11 +63,12 @@ class FakeSamplers:
         self.queues, self.running, self.finished, self.num_unfinished = [deque() for _ in range(n)], \
             [[] for _ in range(n)], [], 0
 
-    def add(self, prompt_id, prompt_ids, n, think_budget=None):
+    def add(self, prompt_id, prompt_ids, n, think_budget=None, validation=False):
         from scheduler import Completion, Group
         s = min(range(self.n), key=lambda i: len(self.queues[i]) + len(self.running[i]))
-        steps = self.length(prompt_id) if not isinstance(prompt_id, tuple) else 3
-        self.queues[s].append([Group(prompt_id, list(prompt_ids), [Completion() for _ in range(n)]), steps])
+        steps = self.length(prompt_id) if not validation else 3
+        self.queues[s].append([Group(prompt_id, list(prompt_ids), [Completion() for _ in range(n)],
+                                     validation=validation), steps])
         self.num_unfinished += 1
 
     def step(self):
@@ -920,8 +921,8 @@ def test_validation_groups_come_back_from_collect_and_training_groups_wait_for_t
     rollouts.hand_out(samplers, 0, room=100)
     assert len(rollouts.pending) == 4 and samplers.num_unfinished == 4  # (k + 1) x P
     samplers.step()
-    validation = rollouts.collect(samplers.pop_finished() + [Group(("val", 0), [1], [])])
-    assert [g.prompt_id for g in validation] == [("val", 0)] and sorted(rollouts.finished) == [0, 1, 2, 3]
+    validation = rollouts.collect(samplers.pop_finished() + [Group(0, [1], [], validation=True)])
+    assert [(g.prompt_id, g.validation) for g in validation] == [(0, True)] and sorted(rollouts.finished) == [0, 1, 2, 3]
     batch = rollouts.ready_batch(0)
     first = data.Curriculum(10).order(0)  # the curriculum's first epoch
     assert [g.prompt_id for g in batch] == [0, 1] and [g.index for g in batch] == first[:2]
@@ -1475,11 +1476,11 @@ def test_validation_groups_are_interrupted_at_their_own_budget_in_the_length_pen
     validation groups carry the recipe's budget."""
     sampler = sampler_factory(temperature=2.0, think_budget=None, max_new_tokens=9)
     sampler.add(0, tiny_qwen["prompts"][0], 3)
-    sampler.add(("val", 0), tiny_qwen["prompts"][0], 3, (2, 2))
+    sampler.add(0, tiny_qwen["prompts"][0], 3, (2, 2), validation=True)
     assert [s.think_budget for s in sampler.queue] == [None] * 3 + [2] * 3
-    groups = {g.prompt_id: g for g in sample_until_done(sampler)}
-    assert not any(c.interrupted for c in groups[0].completions)
-    val = groups[("val", 0)].completions  # a random model at temperature 2: '</think>' within 2 tokens is rare
+    groups = {(g.prompt_id, g.validation): g for g in sample_until_done(sampler)}
+    assert not any(c.interrupted for c in groups[0, False].completions)
+    val = groups[0, True].completions  # a random model at temperature 2: '</think>' within 2 tokens is rare
     assert sum(c.interrupted for c in val) >= 2
     phrase = tiny_qwen["phrase"]
     assert all(c.token_ids[2:2 + len(phrase)] == phrase for c in val if c.interrupted)  # after token 2: the budget

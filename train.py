@@ -14,9 +14,9 @@ nodes and CPU processes); an ablation, a resume, its scaling curve's fit:
     python train.py config/loo_dapo.py; python train.py --init_from=resume
     python fit_curve.py out/log.jsonl
 
-To read the training step, open train.py, loss.py, head.py (the log-probs) and infra/policy.py (micro-
-batches, gradients); one turn of the loop, train.py, scheduler.py (the off-policy rule), sample.py (the
-samplers) and infra/control.py (when to checkpoint, validate and stop). build.py makes each part once.
+The training step reads with four files open: train.py, loss.py, head.py and infra/policy.py; one
+turn of the loop with train.py, scheduler.py, sample.py and infra/control.py (when to checkpoint,
+validate and stop). build.py makes each part once.
 """
 
 import json
@@ -109,9 +109,9 @@ data_seed = 0                  # the built-in task, its base model and the held-
 eval_interval = 10             # steps between validations (paper: 100); step 0 is always evaluated
 eval_samples = 8               # samples per held-out prompt (paper: 16, "mean@16")
 ckpt_interval = 50             # steps between checkpoints; one is also written at the end
-exact_resume = False           # True: a checkpoint lets the sequences in flight finish, max_minutes
+exact_resume = False           # True: checkpoints let the sequences in flight finish, max_minutes
                                # stops at one: a resumed run logs what one run logs, bit for bit
-                               # (docs/resume.md, "Sittings"; one process, the torch sampler)
+                               # (docs/resume.md "Sittings"; one process, the torch sampler)
 wandb_log = False              # mirror every log.jsonl row to Weights & Biases (pip install wandb)
 wandb_project = "scalerl"
 wandb_run_name = ""            # '' = wandb's own name
@@ -288,8 +288,8 @@ def evaluate(cfg, samplers, rollouts, task, layout, policy, pad_id):
     # (one protocol, ours), on the training samplers: their groups decode on and wait in `rollouts`
     started = time.time()
     for i, prompt in enumerate(task.val_prompts):
-        samplers.add(("val", i), prompt.input_ids, cfg.eval_samples,
-                     (cfg.think_budget_min, cfg.think_budget_max))
+        samplers.add(i, prompt.input_ids, cfg.eval_samples,
+                     (cfg.think_budget_min, cfg.think_budget_max), validation=True)
     groups, tokens = [], 0  # tokens: the training groups', decoded meanwhile
     with tqdm(total=len(task.val_prompts), desc="validation", leave=False,
               disable=not (layout.rank == 0 and sys.stderr.isatty())) as bar:
@@ -299,7 +299,7 @@ def evaluate(cfg, samplers, rollouts, task, layout, policy, pad_id):
             tokens -= sum(sum(x.policy_mask) for g in new for x in g.completions)
             groups += new
             bar.update(len(new))
-    prompts = [task.val_prompts[g.prompt_id[1]] for g in groups]
+    prompts = [task.val_prompts[g.prompt_id] for g in groups]
     score(cfg, groups, prompts, task)
     reduce = distributed.all_reduce_sums if layout.role == "data_parallel" else None
     result = log.validation(prompts, groups, cfg.eval_samples, task.domains, started, reduce)

@@ -30,7 +30,7 @@ import scheduler  # noqa: E402
 
 class Group:
     def __init__(self, prompt_id):
-        self.prompt_id, self.index = prompt_id, None
+        self.prompt_id, self.index, self.validation = prompt_id, None, False
 
 
 class Curriculum:

@@ -455,9 +455,10 @@ class RemoteSamplers:
     def num_unfinished(self):
         return sum(self.load.values())
 
-    def add(self, prompt_id, prompt_ids, n, think_budget=None):
+    def add(self, prompt_id, prompt_ids, n, think_budget=None, validation=False):
         rank = min(self.ranks, key=lambda r: self.load[r])
-        self.layout.mailbox.send(rank, ("add", prompt_id, list(prompt_ids), n, think_budget))
+        self.layout.mailbox.send(rank, ("add", prompt_id, list(prompt_ids), n, think_budget,
+                                        validation))
         self.load[rank] += 1
 
     def step(self):

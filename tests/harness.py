@@ -126,14 +126,14 @@ def harness_slow_validation(hold_s, *args):
     import sample
     add, pop = sample.Sampler.add, sample.Sampler.pop_finished
 
-    def add_and_start_the_clock(self, prompt_id, prompt_ids, n, think_budget=None):
-        if prompt_id == ("val", 0):
+    def add_and_start_the_clock(self, prompt_id, prompt_ids, n, think_budget=None, validation=False):
+        if validation and prompt_id == 0:
             self.hold_until = time.time() + float(hold_s)
-        add(self, prompt_id, prompt_ids, n, think_budget)
+        add(self, prompt_id, prompt_ids, n, think_budget, validation)
 
     def pop_all_but_held(self):
         holding = time.time() < getattr(self, "hold_until", 0)
-        held = [g for g in self.finished if holding and isinstance(g.prompt_id, tuple)]
+        held = [g for g in self.finished if holding and g.validation]
         self.finished = [g for g in self.finished if not any(g is h for h in held)]
         groups, self.finished = pop(self), held
         return groups
@@ -205,8 +205,9 @@ def harness_fault(action, moment, after, *args):
     elif moment == "training":
         before(loss, "policy_loss", anytime)
     elif moment == "validation":  # its first prompt handed out
-        before(sample.Sampler, "add", lambda self, prompt_id, *a, **k: prompt_id == ("val", 0))
-        before(distributed.RemoteSamplers, "add", lambda self, prompt_id, *a, **k: prompt_id == ("val", 0))
+        first = lambda self, prompt_id, *a, validation=False, **k: validation and prompt_id == 0  # noqa: E731
+        before(sample.Sampler, "add", first)
+        before(distributed.RemoteSamplers, "add", first)
     elif moment == "checkpoint":  # the weights written, the optimizer's state next
         before(torch, "save", lambda obj, f, *a, **k: str(f).endswith("optimizer.pt"))
     elif moment == "swap":  # ckpt moved to ckpt.old, ckpt.tmp not yet in its place

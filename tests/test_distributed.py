@@ -50,7 +50,7 @@ def test_a_rollout_message_of_20_mb_crosses_the_control_group_intact():
         completions = [Completion(rng.integers(0, 151936, 14000).tolist(), rng.normal(size=14000).astype(np.float32).tolist(),
                                   rng.integers(0, 9, 14000).tolist(), (rng.random(14000) > 0.01).tolist(), "eos",
                                   bool(c % 2)) for c in range(16)]
-        groups.append(Group(("val", p) if p == 7 else p, rng.integers(0, 1000, 300).tolist(), completions))
+        groups.append(Group(p, rng.integers(0, 1000, 300).tolist(), completions, validation=p == 7))
     message = ("groups", groups, 123)
     payload = distributed.pack(message)
     assert 20e6 < payload.numel() < 14 * 14000 * 16 * 8  # arrays, not pickled lists (~15 bytes a token)
