@@ -105,7 +105,7 @@ def points(rows, x_col="gpu_hours", y_col="val_reward", se_col=None):
     return tuple(np.array([p[k] for p in found]) for k in (1, 2, 3))
 
 
-def read_log(path, x_col="gpu_hours", y_col="val_reward"):
+def read_curve(path, x_col="gpu_hours", y_col="val_reward"):
     """-> (x, y) arrays of the rows with both columns, of a headed .csv or train.py's JSONL log."""
     return points(read_records(path), x_col, y_col)[:2]
 

@@ -1842,24 +1842,24 @@ def fit_curve_write_log(path, x, y, steps_per_eval=5, bad_line=None):
     return path
 
 
-def test_read_log_uses_only_rows_with_val_reward_and_reads_csv(tmp_path):
+def test_read_curve_uses_only_rows_with_val_reward_and_reads_csv(tmp_path):
     x, y = fit_curve_synthetic(0.30, 0.610, 1.92, 2542, 16000, n=21)
-    log_x, log_y = fit_curve.read_log(str(fit_curve_write_log(tmp_path / "log.jsonl", x, y)))
+    log_x, log_y = fit_curve.read_curve(str(fit_curve_write_log(tmp_path / "log.jsonl", x, y)))
     np.testing.assert_allclose(log_x, x)
     np.testing.assert_allclose(log_y, y)
     csv_path = tmp_path / "runs.csv"
     csv_path.write_text("step,gpu_hours,val_reward\n0,0,0.3\n1,50,\n2,100,0.35\n3,150,0.4\n")
-    log_x, log_y = fit_curve.read_log(str(csv_path))
+    log_x, log_y = fit_curve.read_curve(str(csv_path))
     assert log_x.tolist() == [0, 100, 150] and log_y.tolist() == [0.3, 0.35, 0.4]
 
 
-def test_read_log_of_a_live_run_ignores_its_half_written_last_line(tmp_path):
+def test_read_curve_of_a_live_run_ignores_its_half_written_last_line(tmp_path):
     path = tmp_path / "log.jsonl"
     path.write_text('{"step": 0, "gpu_hours": 0, "val_reward": 0.3}\n{"step": 1, "gpu_hours": 1, "val_reward": 0.4}\n{"step": 2, "gpu')
-    assert fit_curve.read_log(str(path))[1].tolist() == [0.3, 0.4]
+    assert fit_curve.read_curve(str(path))[1].tolist() == [0.3, 0.4]
     path.write_text('{"step": 0, "gpu_hours": 0, "val_reward": 0.3}\n{"step": 1, "gpu\n{"step": 2, "gpu_hours": 2, "val_reward": 0.5}\n')
     with pytest.raises(ValueError, match="line 2 is not JSON"):
-        fit_curve.read_log(str(path))
+        fit_curve.read_curve(str(path))
 
 
 def fit_curve_cli(*args):

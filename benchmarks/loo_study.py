@@ -233,7 +233,7 @@ def read_arm(study_dir, doc_dir, name, seeds):
         except OSError:
             resumed_from = []
         runs.append(dict(seed=seed, **run_stats(read_rows(log), resumed_from)))
-        curves.append(fit_curve.read_log(log, "flops", "val_reward"))
+        curves.append(fit_curve.read_curve(log, "flops", "val_reward"))
     n = min(len(x) for x, _ in curves)
     x, y = np.mean([x[:n] for x, _ in curves], 0), np.mean([y[:n] for _, y in curves], 0)
     with open(os.path.join(doc_dir, f"{name}.csv"), "w") as f:
