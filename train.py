@@ -281,9 +281,9 @@ def train_step(cfg, policy, groups, step, pad_id):
 
 
 @torch.no_grad()
-def evaluate(cfg, samplers, rollouts, task, layout, policy, pad_id):
-    """Held-out mean@n, pass@k (k = 1, 2, 4, ..., n = eval_samples), lag-0 mismatch (log.validation)
-    -> (figures, training tokens meanwhile)."""
+def evaluate(cfg, samplers, rollouts, task, layout, policy, pad_id, mismatch_groups=8):
+    """Held-out mean@n, pass@k (k = 1, 2, 4, ..., n = eval_samples), lag-0 mismatch (log.validation;
+    on the first mismatch_groups groups) -> (figures, training tokens meanwhile)."""
     # sampled as in training (the paper's mean@16 is), under interruption whatever length_control
     # (one protocol, ours), on the training samplers: their groups decode on and wait in `rollouts`
     started = time.time()
@@ -305,7 +305,7 @@ def evaluate(cfg, samplers, rollouts, task, layout, policy, pad_id):
     result = log.validation(prompts, groups, cfg.eval_samples, task.domains, started, reduce)
     if groups and not policy.sharded:  # (a data-parallel rank may hold no held-out prompt)
         # the lag-0 mismatch on the first groups, in one forward within the trainer's caps
-        few = groups[:MISMATCH_GROUPS]
+        few = groups[:mismatch_groups]
         ids, lengths, behaviour, mask, _, _ = loss.collate(
             few, torch.zeros(len(few), cfg.eval_samples), pad_id, cfg.train_truncated)
         rows = micro_batches(lengths, 0, 1, cfg.micro_batch, cfg.micro_batch_tokens)[0]
@@ -316,8 +316,6 @@ def evaluate(cfg, samplers, rollouts, task, layout, policy, pad_id):
     memory.release()  # the validation's KV cache rows, freed, back to the OS
     return result, tokens
 
-
-MISMATCH_GROUPS = 8  # validation groups the lag-0 mismatch is measured on (log.validation's figure)
 
 def push(cfg, policy, samplers, version):
     """The policy's weights into every sampler, in flight (None: a follower's part)."""
