@@ -246,6 +246,7 @@ def train_step(cfg, policy, groups, step, pad_id):
     for param_group in policy.optimizer.param_groups:
         param_group["lr"] = step_lr
     on, loss_stats = next(policy.logprobs.parameters()).device, []
+    knobs = loss.knobs_of(vars(cfg))  # loss_type, is_correction and their knobs, by name
     for rows in micro_batches(lengths, policy.rank, policy.ranks, cfg.micro_batch,
                               cfg.micro_batch_tokens):
         # a rank short of rows still joins the collectives, with one weightless row
@@ -257,7 +258,7 @@ def train_step(cfg, policy, groups, step, pad_id):
         on_mask = mb(mask) * present
         mb_loss, mb_stats = loss.policy_loss(
             logprobs, mb(behaviour), row_adv[rows].to(on), on_mask, mb(weights) * present,
-            **loss.knobs_of(vars(cfg)))  # loss_type, is_correction and their knobs, by name
+            **knobs)
         # each rank's loss is its part of one global sum; the trainers' gradients are averaged
         # (FSDP2's reduce-scatter every micro-batch; sync_grads under data parallelism)
         (mb_loss * policy.ranks).backward()
