@@ -7,12 +7,14 @@ comment, extract_program, code_tests; judge.py's HARNESS and STDIN). Decided -1 
 followed by a parenthesis of numbers, a closed box where the cap cut. Left out, not held: '2bn' (a glued scale
 suffix is read as a unit), '\\boxed{- 6}' (a sign spaced from its digits is an operation), ~~~ fences (not
 read as a block)."""
+import dataclasses
 import json
 from concurrent.futures import ThreadPoolExecutor
 
 import data
 import rewards
 from data import DataError
+from tests.helpers import FINISHES
 
 
 class Chars:
@@ -26,14 +28,20 @@ class Chars:
         return "".join(map(chr, ids))
 
 
-def prompts_of(tmp_path, rows):
-    """Each row (its prompt made unique) -> its Prompt, read as data.split_task reads a file."""
+def prompts_of(tmp_path, rows, verdicts=None):
+    """Each row (its prompt made unique) -> its Prompt, read as data.split_task reads a file. A code prompt
+    whose program should pass (its verdict 1) gets the hang guard as its deadline, not the sandbox's 5 s: an
+    honest verdict must not depend on the machine's load (beside a CPU-bound process, honest programs
+    overran 5 s). One that should fail keeps the 5 s: being killed is one way to fail, and some (a set of
+    60,000 colliding hashes) run for half a minute when let."""
     rows = [dict(row, prompt=f"# case {i}\n" + row.get("prompt", "")) for i, row in enumerate(rows)]
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     train, val, *_ = data.split_task(str(path), Chars(), 0, 1)
     by_text = {p.text: p for p in train + val}
-    return [by_text[row["prompt"]] for row in rows]
+    prompts = [by_text[row["prompt"]] for row in rows]
+    return [dataclasses.replace(p, code=dict(p.code, timeout=FINISHES)) if p.code and v == 1 else p
+            for p, v in zip(prompts, verdicts or [None] * len(prompts))]
 
 
 def scored_in_both_threads(pairs):

@@ -49,7 +49,8 @@ def test_every_example_code_problem_is_solved_by_its_reference_solution_and_not_
     rows = [json.loads(line) for line in open(EXAMPLE_CODE)]
     assert len(rows) >= 30 and {"tests", "test", "fn_name", "entry_point", "test_list"} <= set().union(*rows)
     specs = [rewards.code_tests(row) for row in rows]
-    assert all(list(judge.score_many([dict(spec, program=row["solution"]) for row, spec in zip(rows, specs)])))
+    assert all(list(judge.score_many([dict(spec, program=row["solution"], timeout=FINISHES)
+                                      for row, spec in zip(rows, specs)])))
     assert not any(list(judge.score_many([dict(spec, program="print(0)") for spec in specs])))
 
 
@@ -614,7 +615,7 @@ def test_humaneval_canonical_solutions_pass_whole_or_alone_and_its_stubs_fail(tm
     stubs = [r["prompt"] for r in rows]
     for programs, expected in ((whole, True), (list(map(entry_point_alone, rows)), True),
                                (stubs, False)):
-        got = judge.score_many([dict(spec, program=p) for spec, p in zip(specs, programs)])
+        got = judge.score_many([dict(spec, program=p, timeout=FINISHES) for spec, p in zip(specs, programs)])
         assert [r["task_id"] for r, passed in zip(rows, got) if passed != expected] == []
     # the same through data/qwen_coder/prepare.py's rows: the prompt in a fence, its code the prelude
     wheel = zipfile.Path(qwen.wheel(*qwen.CODE_WHEEL))
@@ -623,7 +624,7 @@ def test_humaneval_canonical_solutions_pass_whole_or_alone_and_its_stubs_fail(tm
     specs = [row["code"] for row in data.read_jsonl(str(path))]
     assert all(spec["prelude"] == r["prompt"] for spec, r in zip(specs, rows))
     for programs, expected in ((list(map(entry_point_alone, rows)), True), (stubs, False)):
-        got = judge.score_many([dict(spec, program=p) for spec, p in zip(specs, programs)])
+        got = judge.score_many([dict(spec, program=p, timeout=FINISHES) for spec, p in zip(specs, programs)])
         assert [r["task_id"] for r, passed in zip(rows, got) if passed != expected] == []
 
 # -----------------------------------------------------------------------------
@@ -653,7 +654,7 @@ def test_test_classes_argv_and_stdlib_values_are_judged_as_python_would_in_both_
     from tests.judge_cases import ISSUE, REFUSED, prompts_of, scored_in_both_threads
     rows = [case for case in ISSUE if case[0] == kind]
     loaded = [case for case in rows if case[-1] != REFUSED]
-    prompts = prompts_of(tmp_path, [row for _, row, *_ in loaded])
+    prompts = prompts_of(tmp_path, [row for _, row, *_ in loaded], [case[-1] for case in loaded])
     verdicts = scored_in_both_threads([(p, "<think>ok</think>" + text) for p, (_, _, text, _) in zip(prompts, loaded)])
     assert len(loaded) > 8 and [case for case, v in zip(loaded, verdicts) if v != case[-1]] == []
     for _, row, program, _ in (case for case in rows if case[-1] == REFUSED):  # tests nothing: refused, passes nothing
@@ -705,7 +706,7 @@ def program_of(completion):
 def test_round_five_verdicts_hold_in_both_threads_and_refusals_say_why(tmp_path, kind):
     from tests.judge_cases import prompts_of, scored_in_both_threads
     loaded, refused = round_five(kind)
-    prompts = prompts_of(tmp_path, [row for row, _, _ in loaded])
+    prompts = prompts_of(tmp_path, [row for row, _, _ in loaded], [v for *_, v in loaded])
     verdicts = scored_in_both_threads([(p, "<think>ok</think>" + text) for p, (_, text, _) in zip(prompts, loaded)])
     assert [(row, text) for (row, text, v), got in zip(loaded, verdicts) if got != v] == []
     for row, text, verdict in refused:  # refused when loaded, naming why; and a fail if run anyway

@@ -435,7 +435,7 @@ def test_fresh_math_answers_of_every_class_score_as_the_grammar_says_in_both_thr
 def test_fresh_code_answers_of_every_class_are_judged_as_data_in_both_threads(tmp_path):
     from tests.judge_cases import CODE, REFUSED, prompts_of, scored_in_both_threads
     loaded = [case for case in CODE if case[-1] != REFUSED]
-    prompts = prompts_of(tmp_path, [row for _, row, *_ in loaded])
+    prompts = prompts_of(tmp_path, [row for _, row, *_ in loaded], [case[-1] for case in loaded])
     pairs = [(p, "<think>ok</think>" + text) for p, (_, _, text, _) in zip(prompts, loaded)]
     verdicts = scored_in_both_threads(pairs)
     assert len(loaded) > 70 and [(case, v) for case, v in zip(loaded, verdicts) if v != case[-1]] == []
