@@ -34,5 +34,5 @@ eval_samples = 4                # 512 completions a point: sampling error ~0.013
 eval_interval = 4               # 12 points from R0 to step 48
 ckpt_interval = 4               # with exact_resume: the sequences in flight finish, the step validates,
 exact_resume = True             # then the checkpoint (docs/resume.md, "Sittings")
-max_steps = 48                  # the plan; the plateau rule may extend it, to step 64 at most
+max_steps = 64                  # the plan's 48 moved past 64 by the half-fit at step 40 (2 F_half): step 64
 max_minutes = 125.0             # a sitting: it stops at the first checkpoint step past this (+ <= ~25 min)
